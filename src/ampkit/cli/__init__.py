@@ -1,0 +1,52 @@
+"""The ``ampkit`` command line: thin wrappers over the library.
+
+Each subcommand lives in a module of its own and imports torch only inside its function,
+so ``ampkit --help`` and ``ampkit lint`` start fast. Library errors (:class:`AmpkitError`)
+are rendered here as one line on stderr with the error's exit code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ampkit.errors import AmpkitError
+
+__all__ = ["main"]
+
+
+class _AmpkitGroup(click.Group):
+    """A click group that renders :class:`AmpkitError` as one line and exits non-zero."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except AmpkitError as exc:
+            click.echo(f"ampkit: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_AmpkitGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ampkit")
+def main() -> None:
+    """Mixed-precision training for PyTorch that is correct, fast and easy to debug.
+
+    \b
+    Examples:
+      ampkit train                      # train the built-in GPT, precision chosen from the hardware
+      ampkit train --precision bf16 --steps 100 --out runs/bf16
+      ampkit formats                    # fp32/fp16/bf16/fp8 ranges, computed from torch
+    """
+
+
+def _register() -> None:
+    from ampkit.cli.formats_cmd import formats
+    from ampkit.cli.train_cmd import train
+
+    main.add_command(train)
+    main.add_command(formats)
+
+
+_register()

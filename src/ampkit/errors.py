@@ -1,0 +1,62 @@
+"""Exceptions and warnings raised by ampkit.
+
+Every error ampkit raises on purpose derives from :class:`AmpkitError`. Library code only
+raises; the command line renders an error as one line and exits with ``exit_code``.
+
+Messages follow one shape: what failed, what was seen, what is allowed, how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AmpkitError",
+    "CheckpointError",
+    "ConfigurationError",
+    "DataError",
+    "NonFiniteTrainingError",
+    "PrecisionWarning",
+    "ScalerStateError",
+    "UnsupportedPrecisionError",
+]
+
+
+class AmpkitError(Exception):
+    """Base class of every error ampkit raises on purpose.
+
+    Attributes:
+        exit_code: the process exit status the command line uses for this error.
+    """
+
+    exit_code: int = 1
+
+
+class ConfigurationError(AmpkitError, ValueError):
+    """An argument or option has a value ampkit cannot use (a user mistake)."""
+
+    exit_code = 2
+
+
+class UnsupportedPrecisionError(ConfigurationError):
+    """The requested precision cannot run on the requested device."""
+
+
+class DataError(AmpkitError, ValueError):
+    """Training data is missing, empty, binary or too small for the requested batch."""
+
+    exit_code = 2
+
+
+class CheckpointError(AmpkitError, RuntimeError):
+    """A checkpoint is missing, incomplete, corrupt or does not fit the model."""
+
+
+class ScalerStateError(AmpkitError, RuntimeError):
+    """Loss-scaler methods were called in an order that would train wrongly."""
+
+
+class NonFiniteTrainingError(AmpkitError, RuntimeError):
+    """Training kept producing inf/NaN gradients even at the smallest loss scale."""
+
+
+class PrecisionWarning(UserWarning):
+    """A precision choice that works but costs speed or accuracy (e.g. fp16 on a CPU)."""
