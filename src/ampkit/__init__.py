@@ -1,0 +1,53 @@
+"""ampkit: mixed-precision training for PyTorch that is correct, fast and easy to debug.
+
+Importing ampkit changes no global torch setting; :class:`MixedPrecision` used as a context
+manager (or :func:`precision_session`) applies the policy's settings and restores them.
+"""
+
+from ampkit.engine import MixedPrecision as MixedPrecision
+from ampkit.engine import StepResult as StepResult
+from ampkit.errors import AmpkitError as AmpkitError
+from ampkit.errors import CheckpointError as CheckpointError
+from ampkit.errors import ConfigurationError as ConfigurationError
+from ampkit.errors import DataError as DataError
+from ampkit.errors import NonFiniteTrainingError as NonFiniteTrainingError
+from ampkit.errors import PrecisionWarning as PrecisionWarning
+from ampkit.errors import ScalerStateError as ScalerStateError
+from ampkit.errors import UnsupportedPrecisionError as UnsupportedPrecisionError
+from ampkit.formats import NumberFormat as NumberFormat
+from ampkit.formats import number_format as number_format
+from ampkit.formats import number_formats as number_formats
+from ampkit.policy import Policy as Policy
+from ampkit.policy import precision_session as precision_session
+from ampkit.policy import resolve_precision as resolve_precision
+from ampkit.scaler import LossScaler as LossScaler
+from ampkit.scaler import ScalerStats as ScalerStats
+from ampkit.training import TrainConfig as TrainConfig
+from ampkit.training import TrainSummary as TrainSummary
+from ampkit.training import train as train
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AmpkitError",
+    "CheckpointError",
+    "ConfigurationError",
+    "DataError",
+    "LossScaler",
+    "MixedPrecision",
+    "NonFiniteTrainingError",
+    "NumberFormat",
+    "Policy",
+    "PrecisionWarning",
+    "ScalerStateError",
+    "ScalerStats",
+    "StepResult",
+    "TrainConfig",
+    "TrainSummary",
+    "UnsupportedPrecisionError",
+    "number_format",
+    "number_formats",
+    "precision_session",
+    "resolve_precision",
+    "train",
+]

@@ -1,0 +1,53 @@
+"""The one place ampkit calls torch's private AMP kernels.
+
+``torch._amp_foreach_non_finite_check_and_unscale_`` is the fused kernel behind
+``torch.amp.GradScaler.unscale_``: one pass over a list of gradients that multiplies them by
+``inv_scale`` and sets ``found_inf`` when any value is inf or NaN. It has kept its signature
+since torch 1.6; ``tests/test_kernels.py`` checks it against a plain-torch reference so a change
+in a future release fails loudly here rather than silently in training.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import torch
+
+__all__ = ["unscale_and_check_"]
+
+
+def _grad_views(params: Iterable[torch.Tensor]) -> dict[torch.device, dict[torch.dtype, list]]:
+    groups: dict[torch.device, dict[torch.dtype, list[torch.Tensor]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for param in params:
+        grad = param.grad
+        if grad is None:
+            continue
+        if grad.is_sparse:
+            # Duplicate indices are summed by coalesce(); check the values that will be applied.
+            if grad.dtype is torch.float16:
+                param.grad = grad = grad.coalesce()
+            grad = grad._values()
+        groups[grad.device][grad.dtype].append(grad)
+    return groups
+
+
+@torch.no_grad()
+def unscale_and_check_(
+    params: Iterable[torch.Tensor], inv_scale: float
+) -> dict[torch.device, torch.Tensor]:
+    """Multiply every ``param.grad`` by ``inv_scale`` in place and flag non-finite values.
+
+    Returns one float32 tensor per gradient device, ``1.0`` where that device saw an inf/NaN.
+    Nothing here synchronises with the GPU: the flags stay on their devices.
+    """
+    found: dict[torch.device, torch.Tensor] = {}
+    for device, by_dtype in _grad_views(params).items():
+        flag = torch.zeros((), dtype=torch.float32, device=device)
+        inv = torch.full((), inv_scale, dtype=torch.float32, device=device)
+        for grads in by_dtype.values():
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, flag, inv)
+        found[device] = flag
+    return found

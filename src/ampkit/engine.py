@@ -1,0 +1,295 @@
+"""``MixedPrecision``: the mixed-precision engine for a training loop you write yourself.
+
+One iteration, with the engine's work marked::
+
+    with mp.accumulate(model):              # DDP: no all-reduce on non-final micro-batches
+        with mp.autocast():                 # matmul/conv in the policy's low precision
+            loss = loss_fn(model(x), y)
+        mp.backward(loss)                   # loss / grad_accum_steps, * scale (fp16), backward
+    result = mp.step(optimizer)             # on the last micro-batch of the window:
+                                            #   unscale_ -> clip -> step unless inf/nan
+                                            #   -> scale update -> zero_grad(set_to_none=True)
+
+In fp32 the engine adds nothing: the updates are bitwise those of the plain PyTorch loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ampkit.errors import CheckpointError, ConfigurationError, ScalerStateError
+from ampkit.policy import Policy, precision_session, resolve_precision
+from ampkit.scaler import LossScaler, ScalerStats
+
+__all__ = ["MixedPrecision", "StepResult"]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What :meth:`MixedPrecision.step` did.
+
+    Attributes:
+        stepped: the optimizer's ``step()`` ran.
+        skipped: the window ended but the step was skipped (inf/NaN gradients, fp16 only).
+        scale: the loss scale the next backward uses (1.0 without loss scaling).
+        micro_step: micro-batches accumulated in this window when ``step`` was called.
+        grad_norm: the total unscaled gradient norm before clipping, when clipping is on.
+            Read lazily: the GPU is synchronised only if you look at it.
+    """
+
+    stepped: bool
+    skipped: bool
+    scale: float
+    micro_step: int
+    grad_norm_tensor: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def grad_norm(self) -> float | None:
+        """The unscaled total gradient norm (before clipping), or None without clipping."""
+        return None if self.grad_norm_tensor is None else float(self.grad_norm_tensor)
+
+    @property
+    def window_done(self) -> bool:
+        """Whether this call ended an accumulation window (stepped or skipped)."""
+        return self.stepped or self.skipped
+
+
+class MixedPrecision:
+    """Autocast, loss scaling, accumulation and clipping for a hand-written loop.
+
+    Args:
+        precision: ``"auto"``, ``"fp32"``, ``"fp16"``, ``"bf16"`` (or an alias), or a
+            :class:`~ampkit.Policy` from :func:`~ampkit.resolve_precision`.
+        device: training device; ``None`` picks CUDA when available, else CPU.
+        grad_accum_steps: micro-batches per optimizer step; the loss is divided by it.
+        max_grad_norm: clip the unscaled gradients to this total norm; None disables clipping.
+        init_scale, growth_factor, backoff_factor, growth_interval, min_scale, max_scale,
+            hysteresis, max_skips_at_min_scale: loss-scaler settings (fp16 only), see
+            :class:`~ampkit.LossScaler`.
+        tf32: allow TF32 for fp32 matmuls (CUDA Ampere+); None follows the hardware. Applied
+            only inside ``with mp:``, and restored on exit.
+        process_group: ranks that must agree on skipping an overflowed step (default: world).
+
+    Use it as a context manager (``with MixedPrecision(...) as mp:``) so that global settings
+    of the policy (TF32) are applied for the run and restored afterwards.
+
+    Raises:
+        ConfigurationError: an argument is out of range or the precision is unknown.
+        UnsupportedPrecisionError: the device cannot run the precision.
+    """
+
+    def __init__(
+        self,
+        precision: str | Policy = "auto",
+        device: torch.device | str | None = None,
+        *,
+        grad_accum_steps: int = 1,
+        max_grad_norm: float | None = None,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+        min_scale: float = 1.0,
+        max_scale: float = 2.0**24,
+        hysteresis: int = 1,
+        max_skips_at_min_scale: int | None = 10,
+        tf32: bool | None = None,
+        process_group: Any = None,
+    ) -> None:
+        if not isinstance(grad_accum_steps, int) or grad_accum_steps < 1:
+            raise ConfigurationError(
+                f"grad_accum_steps: {grad_accum_steps!r} is invalid. It must be an integer >= 1 "
+                "(1 steps after every batch)."
+            )
+        if max_grad_norm is not None and not max_grad_norm > 0:
+            raise ConfigurationError(
+                f"max_grad_norm: {max_grad_norm!r} is invalid. Use a positive number, or None "
+                "to disable clipping."
+            )
+        if isinstance(precision, Policy):
+            self.policy = precision
+        else:
+            self.policy = resolve_precision(precision, device, tf32=tf32)
+        self.grad_accum_steps = grad_accum_steps
+        self.max_grad_norm = max_grad_norm
+        self.scaler = LossScaler(
+            enabled=self.policy.uses_scaler,
+            init_scale=init_scale,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+            min_scale=min_scale,
+            max_scale=max_scale,
+            hysteresis=hysteresis,
+            max_skips_at_min_scale=max_skips_at_min_scale,
+            process_group=process_group,
+        )
+        self._micro_step = 0
+        self._session: contextlib.ExitStack | None = None
+
+    # -- session -------------------------------------------------------------------------
+
+    def __enter__(self) -> MixedPrecision:
+        if self._session is not None:
+            raise ScalerStateError("MixedPrecision: this session is already open (nested `with`).")
+        stack = contextlib.ExitStack()
+        stack.enter_context(precision_session(self.policy))
+        self._session = stack
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Restore the global torch settings changed by ``with mp:`` (idempotent)."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the policy."""
+        return self.policy.device
+
+    @property
+    def stats(self) -> ScalerStats:
+        """Loss-scale telemetry (steps, skipped steps, scale, history); never syncs the GPU."""
+        return self.scaler.stats
+
+    @property
+    def micro_step(self) -> int:
+        """Micro-batches accumulated since the last optimizer step (0 right after a step)."""
+        return self._micro_step
+
+    @property
+    def is_final_micro_batch(self) -> bool:
+        """Whether the next ``backward`` completes an accumulation window."""
+        return self._micro_step == self.grad_accum_steps - 1
+
+    def autocast(self) -> torch.autocast:
+        """The autocast region of the policy; an explicit fp32 region for fp32."""
+        return self.policy.autocast()
+
+    @contextlib.contextmanager
+    def accumulate(self, model: torch.nn.Module) -> Iterator[None]:
+        """Skip gradient all-reduce on non-final micro-batches of an accumulation window.
+
+        Wrap the forward and ``backward`` of each micro-batch. For a DDP model this enters
+        ``model.no_sync()`` unless the micro-batch is the last of the window; for an FSDP2
+        (``fully_shard``) model it switches ``set_requires_gradient_sync``. For other models it
+        does nothing, so the same loop runs on one process and under ``torchrun``.
+        """
+        if self.is_final_micro_batch:
+            yield
+            return
+        no_sync = getattr(model, "no_sync", None)
+        set_sync = getattr(model, "set_requires_gradient_sync", None)
+        if callable(no_sync):
+            with no_sync():
+                yield
+        elif callable(set_sync):
+            set_sync(False)
+            try:
+                yield
+            finally:
+                set_sync(True)
+        else:
+            yield
+
+    def backward(self, loss: torch.Tensor, **backward_kwargs: Any) -> None:
+        """Run backward on ``loss / grad_accum_steps``, multiplied by the loss scale for fp16.
+
+        Raises:
+            ScalerStateError: more backward calls than ``grad_accum_steps`` without a ``step``.
+        """
+        if self._micro_step >= self.grad_accum_steps:
+            raise ScalerStateError(
+                f"backward() was called {self._micro_step + 1} times without step(), but "
+                f"grad_accum_steps={self.grad_accum_steps}. Call mp.step(optimizer) after each "
+                "backward(); it steps on the last micro-batch of every window."
+            )
+        if self.grad_accum_steps > 1:
+            loss = loss / self.grad_accum_steps
+        self.scaler.scale(loss).backward(**backward_kwargs)
+        self._micro_step += 1
+
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    ) -> StepResult:
+        """End the micro-batch; on the last one of the window, update the weights.
+
+        In order: unscale the gradients, clip them to ``max_grad_norm`` over the optimizer's
+        parameters, call ``optimizer.step()`` unless a gradient is inf/NaN, update the loss
+        scale, step ``scheduler`` only if the optimizer stepped, and
+        ``optimizer.zero_grad(set_to_none=True)``. One GPU sync for fp16 (the skip decision).
+
+        Raises:
+            ScalerStateError: ``step`` without a ``backward`` since the last step.
+        """
+        if self._micro_step == 0:
+            raise ScalerStateError(
+                "step() was called with no backward() since the last step. Call "
+                "mp.backward(loss) for every micro-batch, then mp.step(optimizer)."
+            )
+        if self._micro_step < self.grad_accum_steps:
+            return StepResult(
+                stepped=False,
+                skipped=False,
+                scale=self.scaler.get_scale(),
+                micro_step=self._micro_step,
+            )
+        micro = self._micro_step
+        self._micro_step = 0
+        self.scaler.unscale_(optimizer)
+        norm = None
+        if self.max_grad_norm is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        stepped = self.scaler.step(optimizer)
+        self.scaler.update()
+        if stepped and scheduler is not None:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return StepResult(
+            stepped=stepped,
+            skipped=not stepped,
+            scale=self.scaler.get_scale(),
+            micro_step=micro,
+            grad_norm_tensor=norm,
+        )
+
+    # -- checkpointing ---------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Precision, loss-scaler state and the position inside the accumulation window."""
+        return {
+            "precision": self.policy.precision,
+            "grad_accum_steps": self.grad_accum_steps,
+            "micro_step": self._micro_step,
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from :meth:`state_dict`.
+
+        Raises:
+            CheckpointError: the state was saved under another precision or accumulation.
+        """
+        for key in ("precision", "grad_accum_steps"):
+            mine = getattr(self.policy, key, None) if key == "precision" else self.grad_accum_steps
+            if state[key] != mine:
+                raise CheckpointError(
+                    f"MixedPrecision.load_state_dict: the state has {key}={state[key]!r} but this "
+                    f"engine has {key}={mine!r}. Resume with the settings of the saved run."
+                )
+        self.scaler.load_state_dict(state["scaler"])
+        self._micro_step = int(state["micro_step"])

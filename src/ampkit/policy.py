@@ -1,0 +1,240 @@
+"""The precision policy: which number format to train in on this hardware, and why.
+
+:func:`resolve_precision` turns a user's spelling (``"auto"``, ``"bf16-mixed"``, ...) and a device
+into a frozen :class:`Policy`. Nothing here changes global torch state; :func:`precision_session`
+applies the policy's global settings (TF32) and restores them on exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ampkit.errors import ConfigurationError, PrecisionWarning, UnsupportedPrecisionError
+from ampkit.hardware import HardwareInfo, probe
+
+__all__ = [
+    "PRECISION_ALIASES",
+    "Policy",
+    "Precision",
+    "precision_session",
+    "resolve_device",
+    "resolve_precision",
+]
+
+Precision = Literal["fp32", "fp16", "bf16"]
+
+#: Every accepted spelling and the canonical precision it names (``"auto"`` is resolved apart).
+PRECISION_ALIASES: dict[str, Precision] = {
+    "fp32": "fp32",
+    "32": "fp32",
+    "32-true": "fp32",
+    "float32": "fp32",
+    "fp16": "fp16",
+    "fp16-mixed": "fp16",
+    "16-mixed": "fp16",
+    "float16": "fp16",
+    "bf16": "bf16",
+    "bf16-mixed": "bf16",
+    "bfloat16": "bf16",
+}
+
+_DTYPES: dict[Precision, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+
+#: Measured on a 2-core AMD EPYC (no native bf16 or fp16): see docs/benchmarks.md.
+_CPU_FP16_COST = (
+    "fp16 autocast on a CPU runs emulated kernels: it measured about 60x slower per step than "
+    "bf16 on a 1024-wide MLP; use bf16 (CPUs with AVX512-BF16/AMX) or fp32"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """A resolved precision decision. Build one with :func:`resolve_precision`.
+
+    Attributes:
+        precision: canonical name, ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+        device: the device the policy is for.
+        compute_dtype: the dtype autocast runs matmuls and convolutions in.
+        uses_scaler: True only for fp16, whose narrow exponent needs dynamic loss scaling.
+        reason: one sentence saying why this precision on this hardware.
+        tf32: whether fp32 matmuls and convolutions may use TF32 tensor cores (CUDA Ampere+).
+            Takes effect only inside :func:`precision_session`.
+        requested: the spelling the user gave (``"auto"``, ``"bf16-mixed"``, ...).
+    """
+
+    precision: Precision
+    device: torch.device
+    compute_dtype: torch.dtype
+    uses_scaler: bool
+    reason: str
+    tf32: bool = False
+    requested: str = "auto"
+
+    @property
+    def autocast_enabled(self) -> bool:
+        """Whether autocast runs anything in low precision under this policy."""
+        return self.compute_dtype != torch.float32
+
+    def autocast(self) -> torch.autocast:
+        """An autocast region for this policy (disabled, i.e. explicit fp32, for fp32)."""
+        return torch.autocast(
+            device_type=self.device.type,
+            dtype=self.compute_dtype if self.autocast_enabled else None,
+            enabled=self.autocast_enabled,
+        )
+
+    def describe(self) -> str:
+        """One line for run summaries: ``bf16 on cpu (TF32 off): <reason>``."""
+        tf32 = ", TF32 on" if self.tf32 else ""
+        return f"{self.precision} on {self.device}{tf32}: {self.reason}"
+
+
+def resolve_device(device: torch.device | str | None = None) -> torch.device:
+    """``None`` means the current CUDA device when one is available, else the CPU."""
+    if device is None:
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ConfigurationError(
+            f"device: {device!r} is not a device name. Use 'cpu', 'cuda' or 'cuda:N'."
+        ) from exc
+
+
+def _canonical(precision: str) -> Precision | Literal["auto"]:
+    key = precision.strip().lower() if isinstance(precision, str) else precision
+    if key == "auto":
+        return "auto"
+    if key in PRECISION_ALIASES:
+        return PRECISION_ALIASES[key]
+    accepted = ["auto", *PRECISION_ALIASES]
+    guess = difflib.get_close_matches(str(key), accepted, n=1)
+    hint = f" Did you mean {guess[0]!r}?" if guess else ""
+    raise ConfigurationError(
+        f"precision: unknown precision {precision!r}. Accepted: {', '.join(accepted)}.{hint}"
+    )
+
+
+def _auto(hw: HardwareInfo) -> tuple[Precision, str]:
+    if hw.cuda_capability is not None:
+        major, minor = hw.cuda_capability
+        cc = f"{hw.name} (compute capability {major}.{minor})"
+        if major >= 8:
+            return "bf16", f"{cc} has bf16 tensor cores, so bf16 autocast needs no loss scaling."
+        if major == 7:
+            return "fp16", (
+                f"{cc} has fp16 tensor cores but no bf16, so fp16 autocast with dynamic "
+                "loss scaling."
+            )
+        return "fp32", f"{cc} has no tensor cores, so low precision would not be faster: fp32."
+    if hw.device.type == "cpu":
+        if hw.cpu_native_bf16:
+            return "bf16", f"{hw.name} has native bf16 instructions (AVX512-BF16/AMX): bf16."
+        return "fp32", (
+            f"{hw.name} has no native bf16 (no AVX512-BF16 or AMX), so low precision would be "
+            "emulated and slower: fp32."
+        )
+    return "fp32", f"no mixed-precision rules are known for device type {hw.device.type!r}: fp32."
+
+
+def _explicit(precision: Precision, hw: HardwareInfo, spelled: str) -> str:
+    if precision == "bf16" and hw.cuda_bf16 is False:
+        major, minor = hw.cuda_capability or (0, 0)
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} needs bf16 support, but {hw.name} (compute capability "
+            f"{major}.{minor}) has none; bf16 needs compute capability 8.0 or newer. "
+            "Use fp16 (with loss scaling) or fp32."
+        )
+    if precision == "fp16" and hw.device.type == "cpu":
+        warnings.warn(
+            f"precision {spelled!r} on the CPU: {_CPU_FP16_COST}.", PrecisionWarning, stacklevel=3
+        )
+        return "fp16 was requested explicitly; on a CPU it is slow (emulated)."
+    if precision == "bf16" and hw.device.type == "cpu" and hw.cpu_native_bf16 is False:
+        return (
+            f"bf16 was requested explicitly; {hw.name} has no native bf16, so it may be slower "
+            "than fp32."
+        )
+    return f"{precision} was requested explicitly."
+
+
+def resolve_precision(
+    precision: str = "auto",
+    device: torch.device | str | None = None,
+    *,
+    tf32: bool | None = None,
+    hardware: HardwareInfo | None = None,
+) -> Policy:
+    """Decide the training precision for ``device``.
+
+    ``"auto"`` picks from the hardware: bf16 on CUDA compute capability >= 8.0, fp16 with loss
+    scaling on 7.x, fp32 on older GPUs; bf16 on CPUs with native bf16, else fp32. It never picks
+    fp16 on a CPU. Explicit choices are honoured unless the hardware cannot run them.
+
+    Args:
+        precision: ``auto``, ``fp32``, ``fp16``, ``bf16`` or an alias in :data:`PRECISION_ALIASES`.
+        device: the training device; ``None`` picks CUDA when available, else CPU.
+        tf32: let fp32 matmuls use TF32; ``None`` enables it where the GPU has TF32 (Ampere+).
+        hardware: describe the hardware instead of probing it (tests, planning for another box).
+
+    Raises:
+        ConfigurationError: ``precision`` is not a known name (the message lists them).
+        UnsupportedPrecisionError: bf16 requested on a CUDA device without bf16.
+
+    Warns:
+        PrecisionWarning: fp16 requested on a CPU (honoured, but emulated and slow).
+    """
+    wanted = _canonical(precision)
+    dev = resolve_device(device) if hardware is None else hardware.device
+    hw = hardware if hardware is not None else probe(dev)
+    if wanted == "auto":
+        chosen, reason = _auto(hw)
+    else:
+        chosen, reason = wanted, _explicit(wanted, hw, precision)
+    has_tf32 = hw.cuda_capability is not None and hw.cuda_capability[0] >= 8
+    if tf32 and not has_tf32:
+        raise UnsupportedPrecisionError(
+            f"tf32: TF32 was requested, but {hw.name} has no TF32 tensor cores "
+            "(CUDA compute capability 8.0+ only). Pass tf32=None or False."
+        )
+    return Policy(
+        precision=chosen,
+        device=dev,
+        compute_dtype=_DTYPES[chosen],
+        uses_scaler=chosen == "fp16",
+        reason=reason,
+        tf32=has_tf32 if tf32 is None else tf32,
+        requested=str(precision),
+    )
+
+
+@contextlib.contextmanager
+def precision_session(policy: Policy) -> Iterator[Policy]:
+    """Apply the policy's global torch settings for the duration of a ``with`` block.
+
+    Today that is TF32: ``torch.backends.cuda.matmul`` precision and cuDNN's TF32 switch are
+    set from ``policy.tf32`` and restored to their previous values on exit, error or not.
+    """
+    saved_matmul = torch.get_float32_matmul_precision()
+    saved_cudnn = torch.backends.cudnn.allow_tf32
+    try:
+        if policy.device.type == "cuda":
+            torch.set_float32_matmul_precision("high" if policy.tf32 else "highest")
+            torch.backends.cudnn.allow_tf32 = policy.tf32
+        yield policy
+    finally:
+        torch.set_float32_matmul_precision(saved_matmul)
+        torch.backends.cudnn.allow_tf32 = saved_cudnn
