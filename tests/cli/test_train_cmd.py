@@ -1,0 +1,138 @@
+"""``ampkit train`` end to end, in-process, and its bad-input paths."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from ampkit.cli import main
+
+SMALL = ["--steps", "6", "--batch-size", "4", "--seq-len", "32", "--log-every", "2", "--no-progress"]
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, ["train", *args], catch_exceptions=False)
+
+
+def test_train_writes_metrics_weights_and_summary(tmp_path):
+    out = tmp_path / "run"
+    result = invoke(*SMALL, "--precision", "fp32", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    for label in ("precision", "why", "steps", "final loss", "throughput", "peak memory"):
+        assert label in result.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 4, 6]
+    assert set(rows[0]) == {"step", "loss", "lr", "scale", "skipped", "grad_norm",
+                            "step_time_ms", "tokens_per_s"}
+    assert all(math.isfinite(r["loss"]) and r["tokens_per_s"] > 0 for r in rows)
+    weights = load_file(out / "model.safetensors")
+    assert weights and all(t.dtype == torch.float32 for t in weights.values())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["steps"] == 6 and summary["precision"] == "fp32"
+
+
+def test_loss_goes_down():
+    from ampkit import TrainConfig, train
+
+    summary_rows = []
+    train(TrainConfig(precision="fp32", device="cpu", steps=40, batch_size=8, seq_len=32,
+                      log_every=5), callbacks=[summary_rows.append])
+    assert summary_rows[0].loss > summary_rows[-1].loss + 1.0  # from ~ln(256)=5.5
+
+
+def test_same_seed_gives_bitwise_identical_weights(tmp_path):
+    for name in ("a", "b"):
+        assert invoke(*SMALL, "--precision", "fp32", "--out", str(tmp_path / name)).exit_code == 0
+    a, b = (load_file(tmp_path / n / "model.safetensors") for n in ("a", "b"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.filterwarnings("ignore::ampkit.errors.PrecisionWarning")
+def test_fp16_run_reports_loss_scale(tmp_path):
+    result = invoke(*SMALL, "--precision", "fp16-mixed", "--grad-accum", "2", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "loss scale" in result.output and "fp16" in result.output
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["scale"] == 2.0**16
+
+
+def test_bf16_and_no_clipping(tmp_path):
+    result = invoke(*SMALL, "--precision", "bf16", "--max-grad-norm", "0", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["grad_norm"] is None
+
+
+def test_own_data_file(tmp_path):
+    data = tmp_path / "poem.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog\n" * 50)
+    result = invoke(*SMALL, "--precision", "fp32", "--data", str(data))
+    assert result.exit_code == 0, result.output
+    assert str(data) in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--precision", "bf61"], "Did you mean 'bf16'?"),
+        (["--steps", "0"], "--steps must be an integer >= 1"),
+        (["--grad-accum", "0"], "--grad-accum must be an integer >= 1"),
+        (["--lr", "-1"], "--lr must be a positive number"),
+        (["--data", "/nonexistent/file.txt"], "does not exist"),
+        (["--device", "tpu:0:0"], "device"),
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_2(args, needle):
+    result = CliRunner().invoke(main, ["train", *SMALL, *args])
+    assert result.exit_code == 2, result.output
+    assert needle in result.output
+    assert "Traceback" not in result.output
+    error_lines = [line for line in result.output.splitlines() if line.startswith("ampkit: error:")]
+    assert len(error_lines) == 1
+
+
+@pytest.mark.parametrize(("content", "needle"), [(b"", "empty"), (b"\x00\x01\x02" * 10, "binary")])
+def test_empty_or_binary_data_is_refused(tmp_path, content, needle):
+    data = tmp_path / "data.bin"
+    data.write_bytes(content)
+    result = CliRunner().invoke(main, ["train", *SMALL, "--data", str(data)])
+    assert result.exit_code == 2 and needle in result.output
+
+
+def test_batch_too_large_for_the_data(tmp_path):
+    data = tmp_path / "short.txt"
+    data.write_text("only a hundred bytes of text " * 4)
+    result = CliRunner().invoke(main, ["train", *SMALL, "--batch-size", "128", "--data", str(data)])
+    assert result.exit_code == 2
+    assert "--batch-size: a batch of 128 sequences" in result.output
+
+
+def test_several_bad_settings_are_reported_together():
+    result = CliRunner().invoke(main, ["train", "--steps", "-1", "--log-every", "0"])
+    assert result.exit_code == 2
+    assert "--steps" in result.output and "--log-every" in result.output
+
+
+@pytest.mark.parametrize("command", [[], ["train"], ["formats"]])
+def test_help_carries_an_example(command):
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0 and "Examples:" in result.output
+
+
+@pytest.mark.slow
+def test_console_script_with_no_arguments_trains_the_builtin_model(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "ampkit", "train", "--no-progress"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "300 (0 skipped)" in result.stdout
+    final_loss = float(result.stdout.split("final loss")[1].split()[0])
+    assert final_loss < 2.6

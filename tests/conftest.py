@@ -1,0 +1,40 @@
+"""Shared fixtures: every test starts and ends with torch's global state untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_globals() -> Iterator[None]:
+    """Restore the global torch settings a test (or ampkit) might change, and the RNG."""
+    saved = (
+        torch.get_default_dtype(),
+        torch.get_float32_matmul_precision(),
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cudnn.benchmark,
+        torch.is_grad_enabled(),
+        torch.are_deterministic_algorithms_enabled(),
+        torch.get_rng_state(),
+    )
+    yield
+    torch.set_default_dtype(saved[0])
+    torch.set_float32_matmul_precision(saved[1])
+    torch.backends.cudnn.allow_tf32 = saved[2]
+    torch.backends.cudnn.benchmark = saved[3]
+    torch.set_grad_enabled(saved[4])
+    torch.use_deterministic_algorithms(saved[5])
+    torch.set_rng_state(saved[6])
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip tests marked ``gpu`` when no CUDA device is present."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
