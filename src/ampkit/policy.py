@@ -51,10 +51,11 @@ _DTYPES: dict[Precision, torch.dtype] = {
     "bf16": torch.bfloat16,
 }
 
-#: Measured on a 2-core AMD EPYC (no native bf16 or fp16): see docs/benchmarks.md.
+#: Measured costs: docs/benchmarks.md has the tables and the commands that produced them.
 _CPU_FP16_COST = (
-    "fp16 autocast on a CPU runs emulated kernels: it measured about 60x slower per step than "
-    "bf16 on a 1024-wide MLP; use bf16 (CPUs with AVX512-BF16/AMX) or fp32"
+    "fp16 autocast on a CPU runs emulated kernels: on a CPU with AVX512-BF16 it measured about "
+    "60x slower per step than bf16 (1024-wide MLP), and on CPUs without native bf16 both are "
+    "slower than fp32; use bf16 where the CPU has AVX512-BF16/AMX, else fp32"
 )
 
 
