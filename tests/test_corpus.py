@@ -38,8 +38,13 @@ def test_user_file(tmp_path):
 
 @pytest.mark.parametrize(
     ("content", "match"),
-    [(None, "does not exist"), (b"", "empty"), (b"  \n\t", "empty"),
-     (b"abc\x00def", "binary"), (b"\xff\xfe\xfa text", "not UTF-8")],
+    [
+        (None, "does not exist"),
+        (b"", "empty"),
+        (b"  \n\t", "empty"),
+        (b"abc\x00def", "binary"),
+        (b"\xff\xfe\xfa text", "not UTF-8"),
+    ],
 )
 def test_bad_files_raise_data_error(tmp_path, content, match):
     path = tmp_path / "data.txt"

@@ -29,7 +29,9 @@ def make_model() -> torch.nn.Module:
 
 def global_batch(step: int, micro: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(step * 100 + micro)
-    return torch.randn(GLOBAL_BATCH, 16, generator=g), torch.randint(0, 4, (GLOBAL_BATCH,), generator=g)
+    return torch.randn(GLOBAL_BATCH, 16, generator=g), torch.randint(
+        0, 4, (GLOBAL_BATCH,), generator=g
+    )
 
 
 def train(model, engine, rank: int, world: int, inject_inf_on: int | None = None):
@@ -39,13 +41,18 @@ def train(model, engine, rank: int, world: int, inject_inf_on: int | None = None
         for micro in range(ACCUM):
             x, y = global_batch(step, micro)
             per_rank = GLOBAL_BATCH // world
-            x, y = x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+            x, y = (
+                x[rank * per_rank : (rank + 1) * per_rank],
+                y[rank * per_rank : (rank + 1) * per_rank],
+            )
             with engine.accumulate(model):
                 with engine.autocast():
                     loss = torch.nn.functional.cross_entropy(model(x), y)
                 engine.backward(loss)
             if inject_inf_on == rank and step == 1 and micro == ACCUM - 1:
-                next(model.parameters()).grad[0, 0] = math.inf  # after the all-reduce: this rank only
+                next(model.parameters()).grad[0, 0] = (
+                    math.inf
+                )  # after the all-reduce: this rank only
             result = engine.step(opt)
         results.append(result.skipped)
     return results
@@ -53,7 +60,10 @@ def train(model, engine, rank: int, world: int, inject_inf_on: int | None = None
 
 def _worker(rank: int, store: str, out: str, precision: str) -> None:
     dist.init_process_group(
-        "gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD,
+        "gloo",
+        init_method=f"file://{store}",
+        rank=rank,
+        world_size=WORLD,
         timeout=datetime.timedelta(seconds=60),
     )
     try:
@@ -67,10 +77,16 @@ def _worker(rank: int, store: str, out: str, precision: str) -> None:
 
         model.register_comm_hook(None, counting_hook)
         engine = MixedPrecision(precision, "cpu", grad_accum_steps=ACCUM)
-        skipped = train(model, engine, rank, WORLD, inject_inf_on=1 if precision == "fp16" else None)
+        skipped = train(
+            model, engine, rank, WORLD, inject_inf_on=1 if precision == "fp16" else None
+        )
         torch.save(
-            {"state": model.module.state_dict(), "skipped": skipped, "allreduces": len(calls),
-             "stats": engine.stats},
+            {
+                "state": model.module.state_dict(),
+                "skipped": skipped,
+                "allreduces": len(calls),
+                "stats": engine.stats,
+            },
             Path(out) / f"rank{rank}.pt",
         )
     finally:
@@ -78,7 +94,9 @@ def _worker(rank: int, store: str, out: str, precision: str) -> None:
 
 
 def run_ddp(tmp_path: Path, precision: str) -> list[dict]:
-    mp.spawn(_worker, args=(str(tmp_path / "store"), str(tmp_path), precision), nprocs=WORLD, join=True)
+    mp.spawn(
+        _worker, args=(str(tmp_path / "store"), str(tmp_path), precision), nprocs=WORLD, join=True
+    )
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
 
 

@@ -185,7 +185,9 @@ def test_skipped_step_does_not_advance_scheduler():
 @fp16_on_cpu
 def test_state_dict_round_trip_mid_window_resumes_bitwise():
     def make(mp_state=None):
-        mp = MixedPrecision("fp16", "cpu", grad_accum_steps=2, growth_interval=2, init_scale=2.0**10)
+        mp = MixedPrecision(
+            "fp16", "cpu", grad_accum_steps=2, growth_interval=2, init_scale=2.0**10
+        )
         if mp_state is not None:
             mp.load_state_dict(mp_state)
         return mp
@@ -245,8 +247,12 @@ def test_step_without_backward_raises():
 
 @pytest.mark.parametrize(
     ("kwargs", "flag"),
-    [({"grad_accum_steps": 0}, "grad_accum_steps"), ({"max_grad_norm": 0.0}, "max_grad_norm"),
-     ({"max_grad_norm": -1.0}, "max_grad_norm"), ({"growth_factor": 1.0}, "growth_factor")],
+    [
+        ({"grad_accum_steps": 0}, "grad_accum_steps"),
+        ({"max_grad_norm": 0.0}, "max_grad_norm"),
+        ({"max_grad_norm": -1.0}, "max_grad_norm"),
+        ({"growth_factor": 1.0}, "growth_factor"),
+    ],
 )
 def test_bad_arguments_raise(kwargs, flag):
     with pytest.raises(ConfigurationError, match=flag):

@@ -17,7 +17,9 @@ from ampkit.policy import PRECISION_ALIASES
 
 def gpu(major: int, minor: int, name: str = "Test GPU") -> HardwareInfo:
     return HardwareInfo(
-        device=torch.device("cuda", 0), name=name, cuda_capability=(major, minor),
+        device=torch.device("cuda", 0),
+        name=name,
+        cuda_capability=(major, minor),
         cuda_bf16=major >= 8,
     )
 
@@ -40,7 +42,11 @@ def cpu(native_bf16: bool) -> HardwareInfo:
 )
 def test_auto_picks_from_hardware(hardware, precision, dtype, scaler):
     policy = resolve_precision("auto", hardware=hardware)
-    assert (policy.precision, policy.compute_dtype, policy.uses_scaler) == (precision, dtype, scaler)
+    assert (policy.precision, policy.compute_dtype, policy.uses_scaler) == (
+        precision,
+        dtype,
+        scaler,
+    )
     assert policy.device == hardware.device
     assert hardware.name in policy.reason and policy.reason.endswith(".")
 
@@ -133,8 +139,12 @@ def test_autocast_of_bf16_policy_runs_matmul_in_bf16_and_loss_in_fp32():
 
 def test_session_restores_global_settings_even_on_error():
     policy = Policy(
-        precision="fp32", device=torch.device("cuda", 0), compute_dtype=torch.float32,
-        uses_scaler=False, reason="test.", tf32=True,
+        precision="fp32",
+        device=torch.device("cuda", 0),
+        compute_dtype=torch.float32,
+        uses_scaler=False,
+        reason="test.",
+        tf32=True,
     )
     before = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
     with pytest.raises(RuntimeError, match="boom"), precision_session(policy):

@@ -18,8 +18,11 @@ def make_model(seed: int = 0) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
 
 
 def scaled_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler: LossScaler,
-    inject: bool = False, step: int = 0,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: LossScaler,
+    inject: bool = False,
+    step: int = 0,
 ) -> bool:
     g = torch.Generator().manual_seed(step)
     x, y = torch.randn(4, 8, generator=g), torch.randn(4, 1, generator=g)
@@ -48,15 +51,23 @@ def test_scale_follows_closed_form():
     # growth every clean step; an unrealistically large growth factor magnifies mistakes
     init, growth, backoff = 2.0**10, 4.0, 0.25
     scaler = LossScaler(
-        init_scale=init, growth_factor=growth, backoff_factor=backoff, growth_interval=1,
-        min_scale=2.0**-30, max_scale=2.0**60,
+        init_scale=init,
+        growth_factor=growth,
+        backoff_factor=backoff,
+        growth_interval=1,
+        min_scale=2.0**-30,
+        max_scale=2.0**60,
     )
     pattern = "..x.xx...x"
     run(scaler, pattern)
     n, k = pattern.count("."), pattern.count("x")
     assert scaler.get_scale() == init * growth**n * backoff**k
     stats = scaler.stats
-    assert (stats.steps, stats.skipped_steps, stats.consecutive_skips) == (10, k, 1)  # the pattern ends on an overflow
+    assert (stats.steps, stats.skipped_steps, stats.consecutive_skips) == (
+        10,
+        k,
+        1,
+    )  # the pattern ends on an overflow
 
 
 def test_matches_torch_gradscaler_when_unbounded_and_without_hysteresis():
@@ -94,7 +105,10 @@ def test_hysteresis_counter_resets_when_scale_grows():
 
 def test_scale_never_leaves_bounds():
     scaler = LossScaler(
-        init_scale=4.0, growth_interval=1, min_scale=1.0, max_scale=16.0,
+        init_scale=4.0,
+        growth_interval=1,
+        min_scale=1.0,
+        max_scale=16.0,
         max_skips_at_min_scale=None,
     )
     assert run(scaler, "xxxx......") == [2.0, 1.0, 1.0, 1.0, 2.0, 4.0, 8.0, 16.0, 16.0, 16.0]
@@ -230,7 +244,7 @@ def test_state_dict_round_trip_mid_run_continues_identically():
     run(first, pattern_a)
     resumed = LossScaler(**kwargs)
     resumed.load_state_dict(copy.deepcopy(first.state_dict()))
-    assert run(resumed, pattern_b) == scales_straight[len(pattern_a):]
+    assert run(resumed, pattern_b) == scales_straight[len(pattern_a) :]
     assert resumed.state_dict() == straight.state_dict()
 
 

@@ -4,6 +4,7 @@ Importing ampkit changes no global torch setting; :class:`MixedPrecision` used a
 manager (or :func:`precision_session`) applies the policy's settings and restores them.
 """
 
+from ampkit.callbacks import Callback as Callback
 from ampkit.engine import MixedPrecision as MixedPrecision
 from ampkit.engine import StepResult as StepResult
 from ampkit.errors import AmpkitError as AmpkitError
@@ -17,11 +18,14 @@ from ampkit.errors import UnsupportedPrecisionError as UnsupportedPrecisionError
 from ampkit.formats import NumberFormat as NumberFormat
 from ampkit.formats import number_format as number_format
 from ampkit.formats import number_formats as number_formats
+from ampkit.inference import predict as predict
 from ampkit.policy import Policy as Policy
 from ampkit.policy import precision_session as precision_session
 from ampkit.policy import resolve_precision as resolve_precision
 from ampkit.scaler import LossScaler as LossScaler
 from ampkit.scaler import ScalerStats as ScalerStats
+from ampkit.trainer import FitResult as FitResult
+from ampkit.trainer import Trainer as Trainer
 from ampkit.training import TrainConfig as TrainConfig
 from ampkit.training import TrainSummary as TrainSummary
 from ampkit.training import train as train
@@ -30,9 +34,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmpkitError",
+    "Callback",
     "CheckpointError",
     "ConfigurationError",
     "DataError",
+    "FitResult",
     "LossScaler",
     "MixedPrecision",
     "NonFiniteTrainingError",
@@ -43,11 +49,13 @@ __all__ = [
     "ScalerStats",
     "StepResult",
     "TrainConfig",
+    "Trainer",
     "TrainSummary",
     "UnsupportedPrecisionError",
     "number_format",
     "number_formats",
     "precision_session",
+    "predict",
     "resolve_precision",
     "train",
 ]

@@ -25,6 +25,8 @@ def _grad_views(params: Iterable[torch.Tensor]) -> dict[torch.device, dict[torch
         grad = param.grad
         if grad is None:
             continue
+        if hasattr(grad, "to_local"):  # FSDP2/DTensor: each rank checks its own shard;
+            grad = grad.to_local()  # the scaler then reduces the flag over the ranks
         if grad.is_sparse:
             # Duplicate indices are summed by coalesce(); check the values that will be applied.
             if grad.dtype is torch.float16:

@@ -19,7 +19,7 @@ import torch
 
 from ampkit.errors import DataError
 
-__all__ = ["ByteCorpus", "load_corpus", "stdlib_corpus_bytes"]
+__all__ = ["ByteCorpus", "CorpusWindows", "load_corpus", "stdlib_corpus_bytes"]
 
 
 def _stdlib_sources(root: Path) -> list[Path]:
@@ -137,6 +137,22 @@ class ByteCorpus:
             windows = windows.pin_memory()
         windows = windows.to(device, non_blocking=non_blocking)
         return windows[:, :-1], windows[:, 1:]
+
+
+class CorpusWindows(torch.utils.data.Dataset):
+    """Map-style dataset of every ``seq_len`` window of a corpus: item ``i`` is
+    ``(tokens[i : i + seq_len], tokens[i + 1 : i + seq_len + 1])``."""
+
+    def __init__(self, corpus: ByteCorpus, seq_len: int) -> None:
+        self.corpus = corpus
+        self.seq_len = seq_len
+
+    def __len__(self) -> int:
+        return max(0, len(self.corpus) - self.seq_len)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        window = self.corpus.tokens[index : index + self.seq_len + 1]
+        return window[:-1], window[1:]
 
 
 def load_corpus(path: str | Path | None = None, *, max_bytes: int = 2_000_000) -> ByteCorpus:

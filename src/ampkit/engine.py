@@ -51,7 +51,12 @@ class StepResult:
     @property
     def grad_norm(self) -> float | None:
         """The unscaled total gradient norm (before clipping), or None without clipping."""
-        return None if self.grad_norm_tensor is None else float(self.grad_norm_tensor)
+        norm = self.grad_norm_tensor
+        if norm is None:
+            return None
+        if hasattr(norm, "full_tensor"):  # FSDP2 returns the norm as a DTensor
+            norm = norm.full_tensor()
+        return float(norm)
 
     @property
     def window_done(self) -> bool:

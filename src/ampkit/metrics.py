@@ -7,13 +7,10 @@ import math
 import resource
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from types import TracebackType
-from typing import IO
 
 import torch
 
-__all__ = ["MetricsWriter", "StepMetrics", "peak_memory", "reset_peak_memory"]
+__all__ = ["StepMetrics", "peak_memory", "reset_peak_memory"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +25,8 @@ class StepMetrics:
         skipped: whether this step was skipped (inf/NaN gradients).
         grad_norm: unscaled gradient norm before clipping (None when clipping is off).
         step_time_ms: mean wall time per step over the logged interval.
-        tokens_per_s: tokens processed per second over the logged interval.
+        samples_per_s: samples (over all ranks) per second over the logged interval.
+        tokens_per_s: tokens per second, when the run knows its tokens per sample.
     """
 
     step: int
@@ -38,7 +36,8 @@ class StepMetrics:
     skipped: bool
     grad_norm: float | None
     step_time_ms: float
-    tokens_per_s: float
+    samples_per_s: float
+    tokens_per_s: float | None = None
 
     def to_json(self) -> str:
         """One JSON line; non-finite numbers become null so every line parses as strict JSON."""
@@ -47,46 +46,6 @@ class StepMetrics:
             for k, v in asdict(self).items()
         }
         return json.dumps(row, separators=(",", ":"))
-
-
-class MetricsWriter:
-    """Write :class:`StepMetrics` rows to a JSON-lines file, flushing every line.
-
-    With ``path=None`` rows are dropped, so a loop can log unconditionally.
-    """
-
-    def __init__(self, path: str | Path | None) -> None:
-        self.path = Path(path) if path is not None else None
-        self._file: IO[str] | None = None
-        self._open = False
-
-    def __enter__(self) -> MetricsWriter:
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = self.path.open("w", encoding="utf-8")
-        self._open = True
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._open = False
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def write(self, metrics: StepMetrics) -> None:
-        """Write one row (the writer must be open: use it as a context manager)."""
-        if not self._open:
-            raise RuntimeError(
-                "MetricsWriter.write: the writer is closed; use `with MetricsWriter(...)`."
-            )
-        if self._file is not None:
-            self._file.write(metrics.to_json() + "\n")
-            self._file.flush()
 
 
 def reset_peak_memory(device: torch.device) -> None:

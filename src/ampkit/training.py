@@ -1,4 +1,4 @@
-"""``train``: the built-in GPT trained end to end with :class:`~ampkit.MixedPrecision`.
+"""``train``: the built-in GPT trained end to end on :class:`~ampkit.Trainer`.
 
 This is the functional core of ``ampkit train``: it takes a :class:`TrainConfig`, reports each
 logged step to callbacks and returns a :class:`TrainSummary`. It prints nothing; the command
@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from ampkit.corpus import load_corpus
-from ampkit.engine import MixedPrecision
+from ampkit.callbacks import Callback
+from ampkit.corpus import CorpusWindows, load_corpus
+from ampkit.distributed import launched_world_size
 from ampkit.errors import ConfigurationError
-from ampkit.metrics import MetricsWriter, StepMetrics, peak_memory, reset_peak_memory
+from ampkit.metrics import StepMetrics
 from ampkit.models import GPT, GPTConfig
+from ampkit.trainer import Trainer
 
 __all__ = ["TrainConfig", "TrainSummary", "train"]
 
@@ -47,6 +48,11 @@ class TrainConfig:
         log_every: write a metrics row (and sync the GPU once) every this many steps.
         n_layer, n_head, n_embd: shape of the built-in GPT.
         init_scale, growth_interval: loss-scaler settings, used only for fp16.
+        checkpoint_every: write ``out/checkpoints/step-N`` every N steps (needs ``out``).
+        keep_last: keep only the newest N checkpoints.
+        resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path.
+        compile: ``torch.compile`` the model.
+        strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
     """
 
     precision: str = "auto"
@@ -68,6 +74,11 @@ class TrainConfig:
     n_embd: int = 128
     init_scale: float = 2.0**16
     growth_interval: int = 2000
+    checkpoint_every: int | None = None
+    keep_last: int | None = None
+    resume: str | None = None
+    compile: bool = False
+    strategy: str = "auto"
 
     def validate(self) -> None:
         """Raise one :class:`ConfigurationError` listing every invalid setting.
@@ -99,6 +110,8 @@ class TrainConfig:
             ]
             if not ok
         ]
+        if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
+            problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
         if problems:
             raise ConfigurationError("invalid settings: " + "; ".join(problems) + ".")
 
@@ -121,6 +134,9 @@ class TrainSummary:
     peak_memory_bytes: int
     peak_memory_kind: str
     out: str | None = None
+    world_size: int = 1
+    resumed_from: str | None = None
+    notes: list[str] = field(default_factory=list)
     scale_history: list[tuple[int, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -132,28 +148,35 @@ def _warmup(warmup_steps: int) -> Callable[[int], float]:
     return lambda done: min(1.0, (done + 1) / warmup_steps) if warmup_steps else 1.0
 
 
+class _Forward(Callback):
+    """Hands each logged step to a plain function (the CLI's progress display)."""
+
+    def __init__(self, function: Callable[[StepMetrics], None]) -> None:
+        self.function = function
+
+    def on_log(self, trainer: Trainer, metrics: StepMetrics) -> None:
+        if trainer.is_main:
+            self.function(metrics)
+
+
 def train(
     config: TrainConfig, callbacks: Sequence[Callable[[StepMetrics], None]] = ()
 ) -> TrainSummary:
-    """Train the built-in GPT as ``config`` says; call each callback on every logged step.
+    """Train the built-in GPT as ``config`` says on :class:`~ampkit.Trainer`.
+
+    Each callback gets every logged step's :class:`StepMetrics` (rank 0 only). Under
+    ``torchrun`` every process runs this; ``batch_size`` is per process.
 
     Raises:
         ConfigurationError: invalid settings, or a precision the device cannot run.
         DataError: the data file is missing, empty, binary, or too small for the batch.
+        CheckpointError: ``resume`` names a missing, corrupt or mismatched checkpoint.
         NonFiniteTrainingError: fp16 gradients stayed inf/NaN at the minimum loss scale.
     """
     config.validate()
-    mp = MixedPrecision(
-        config.precision,
-        config.device,
-        grad_accum_steps=config.grad_accum,
-        max_grad_norm=config.max_grad_norm,
-        init_scale=config.init_scale,
-        growth_interval=config.growth_interval,
-    )
     corpus = load_corpus(config.data)
-    corpus.validate(config.batch_size, config.seq_len)
-    device = mp.device
+    world = launched_world_size()
+    corpus.validate(config.batch_size, config.seq_len, world_size=world)
     torch.manual_seed(config.seed)
     model = GPT(
         GPTConfig(
@@ -163,78 +186,55 @@ def train(
             n_head=config.n_head,
             n_embd=config.n_embd,
         )
-    ).to(device)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup(config.warmup_steps))
     out = Path(config.out) if config.out else None
-    tokens_per_step = config.batch_size * config.seq_len * config.grad_accum
-    reset_peak_memory(device)
-    start = interval_start = time.perf_counter()
-    loss_sum = torch.zeros((), device=device)
-    micro_batches = 0
-    last_loss = math.nan
-    with mp, MetricsWriter(out / "metrics.jsonl" if out else None) as writer:
-        for step in range(config.steps):
-            for micro in range(config.grad_accum):
-                x, y = corpus.batch(
-                    step * config.grad_accum + micro,
-                    config.batch_size,
-                    config.seq_len,
-                    seed=config.seed,
-                    device=device,
-                )
-                with mp.accumulate(model):
-                    with mp.autocast():
-                        _, loss = model(x, y)
-                    mp.backward(loss)
-                loss_sum += loss.detach().float()
-                micro_batches += 1
-            result = mp.step(optimizer, scheduler)
-            done = step + 1
-            if done % config.log_every and done != config.steps:
-                continue
-            last_loss = float(loss_sum / micro_batches)  # syncs the GPU once per log interval
-            elapsed = time.perf_counter() - interval_start
-            steps_in_interval = micro_batches // config.grad_accum
-            metrics = StepMetrics(
-                step=done,
-                loss=last_loss,
-                lr=scheduler.get_last_lr()[0],
-                scale=result.scale,
-                skipped=result.skipped,
-                grad_norm=result.grad_norm,
-                step_time_ms=1000 * elapsed / steps_in_interval,
-                tokens_per_s=tokens_per_step * steps_in_interval / elapsed,
-            )
-            writer.write(metrics)
-            for callback in callbacks:
-                callback(metrics)
-            loss_sum.zero_()
-            micro_batches = 0
-            interval_start = time.perf_counter()
-    wall = time.perf_counter() - start
-    memory, memory_kind = peak_memory(device)
-    stats = mp.stats
+    trainer = Trainer(
+        model,
+        lambda params: torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay),
+        scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, _warmup(config.warmup_steps)),
+        max_steps=config.steps,
+        precision=config.precision,
+        device=config.device,
+        grad_accum_steps=config.grad_accum,
+        max_grad_norm=config.max_grad_norm,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        checkpoint_dir=out / "checkpoints"
+        if out and (config.checkpoint_every or config.resume)
+        else None,
+        checkpoint_every=config.checkpoint_every,
+        keep_last=config.keep_last,
+        resume=config.resume,
+        compile=config.compile,
+        strategy=config.strategy,
+        callbacks=[_Forward(c) for c in callbacks],
+        log_every=config.log_every,
+        metrics_file=out / "metrics.jsonl" if out else None,
+        tokens_per_sample=config.seq_len,
+        scaler_options={"init_scale": config.init_scale, "growth_interval": config.growth_interval},
+    )
+    result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(
-        precision=mp.policy.precision,
-        reason=mp.policy.reason,
-        device=str(device),
+        precision=result.precision,
+        reason=result.reason,
+        device=result.device,
+        world_size=result.world_size,
         data=corpus.source,
         parameters=sum(p.numel() for p in model.parameters()),
-        steps=stats.steps,
-        skipped_steps=stats.skipped_steps,
-        final_loss=last_loss,
-        final_scale=stats.scale,
-        tokens_per_s=tokens_per_step * config.steps / wall,
-        wall_s=wall,
-        peak_memory_bytes=memory,
-        peak_memory_kind=memory_kind,
+        steps=result.steps,
+        skipped_steps=result.skipped_steps,
+        final_loss=result.final_loss,
+        final_scale=result.final_scale,
+        tokens_per_s=result.tokens_per_s or 0.0,
+        wall_s=result.wall_s,
+        peak_memory_bytes=result.peak_memory_bytes,
+        peak_memory_kind=result.peak_memory_kind,
         out=str(out) if out else None,
-        scale_history=list(stats.scale_history),
+        resumed_from=result.resumed_from,
+        notes=result.notes,
+        scale_history=result.scale_history,
     )
-    if out:
+    if out and trainer.is_main:
         _save_outputs(out, model, summary)
     return summary
 

@@ -14,7 +14,17 @@ from safetensors.torch import load_file
 
 from ampkit.cli import main
 
-SMALL = ["--steps", "6", "--batch-size", "4", "--seq-len", "32", "--log-every", "2", "--no-progress"]
+SMALL = [
+    "--steps",
+    "6",
+    "--batch-size",
+    "4",
+    "--seq-len",
+    "32",
+    "--log-every",
+    "2",
+    "--no-progress",
+]
 
 
 def invoke(*args: str):
@@ -29,8 +39,16 @@ def test_train_writes_metrics_weights_and_summary(tmp_path):
         assert label in result.output
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [2, 4, 6]
-    assert set(rows[0]) == {"step", "loss", "lr", "scale", "skipped", "grad_norm",
-                            "step_time_ms", "tokens_per_s"}
+    assert set(rows[0]) == {
+        "step",
+        "loss",
+        "lr",
+        "scale",
+        "skipped",
+        "grad_norm",
+        "step_time_ms",
+        "tokens_per_s",
+    }
     assert all(math.isfinite(r["loss"]) and r["tokens_per_s"] > 0 for r in rows)
     weights = load_file(out / "model.safetensors")
     assert weights and all(t.dtype == torch.float32 for t in weights.values())
@@ -42,8 +60,12 @@ def test_loss_goes_down():
     from ampkit import TrainConfig, train
 
     summary_rows = []
-    train(TrainConfig(precision="fp32", device="cpu", steps=40, batch_size=8, seq_len=32,
-                      log_every=5), callbacks=[summary_rows.append])
+    train(
+        TrainConfig(
+            precision="fp32", device="cpu", steps=40, batch_size=8, seq_len=32, log_every=5
+        ),
+        callbacks=[summary_rows.append],
+    )
     assert summary_rows[0].loss > summary_rows[-1].loss + 1.0  # from ~ln(256)=5.5
 
 
@@ -56,7 +78,9 @@ def test_same_seed_gives_bitwise_identical_weights(tmp_path):
 
 @pytest.mark.filterwarnings("ignore::ampkit.errors.PrecisionWarning")
 def test_fp16_run_reports_loss_scale(tmp_path):
-    result = invoke(*SMALL, "--precision", "fp16-mixed", "--grad-accum", "2", "--out", str(tmp_path))
+    result = invoke(
+        *SMALL, "--precision", "fp16-mixed", "--grad-accum", "2", "--out", str(tmp_path)
+    )
     assert result.exit_code == 0, result.output
     assert "loss scale" in result.output and "fp16" in result.output
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -129,8 +153,12 @@ def test_help_carries_an_example(command):
 @pytest.mark.slow
 def test_console_script_with_no_arguments_trains_the_builtin_model(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "ampkit", "train", "--no-progress"], cwd=tmp_path,
-        capture_output=True, text=True, timeout=600, check=False,
+        [sys.executable, "-m", "ampkit", "train", "--no-progress"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "300 (0 skipped)" in result.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -54,10 +55,38 @@ def _positive_or_none(value: float) -> float | None:
     "--out",
     type=click.Path(file_okay=False),
     default=None,
-    help="Folder for metrics.jsonl, summary.json and model.safetensors.",
+    help="Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/.",
 )
 @click.option(
     "--log-every", type=int, default=10, show_default=True, help="Steps between metric rows."
+)
+@click.option(
+    "--checkpoint-every",
+    type=int,
+    default=None,
+    help="Write OUT/checkpoints/step-N every N steps (atomic, verified).",
+)
+@click.option("--keep-last", type=int, default=None, help="Keep only the newest N checkpoints.")
+@click.option(
+    "--resume",
+    default=None,
+    help="auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh); "
+    "or a checkpoint folder.",
+)
+@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
+@click.option(
+    "--strategy",
+    type=click.Choice(["auto", "ddp", "fsdp", "none"]),
+    default="auto",
+    show_default=True,
+    help="Data parallelism under torchrun: DDP, FSDP2 (fully_shard) or none.",
+)
+@click.option(
+    "--nproc",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Launch N processes with torchrun (DDP); --batch-size is per process.",
 )
 @click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
@@ -73,11 +102,22 @@ def train(**options: Any) -> None:
       ampkit train
       ampkit train --precision bf16 --steps 100 --out runs/bf16
       ampkit train --data notes.txt --grad-accum 4 --max-grad-norm 0.5
+      ampkit train --out runs/a --checkpoint-every 50 --keep-last 2
+      ampkit train --out runs/a --checkpoint-every 50 --resume auto   # after a crash
+      ampkit train --nproc 2 --batch-size 8    # = torchrun --nproc_per_node=2 -m ampkit train
     """
+    import os
+
+    nproc = options.pop("nproc")
+    if nproc < 1:
+        raise click.BadParameter(f"{nproc} is invalid; use 1 or more.", param_hint="--nproc")
+    if nproc > 1 and "LOCAL_RANK" not in os.environ:
+        sys.exit(_launch_torchrun(nproc))
     from ampkit.training import TrainConfig
     from ampkit.training import train as run_training
 
-    show_progress = options.pop("progress")
+    show_progress = options.pop("progress") and os.environ.get("RANK", "0") == "0"
+    options["compile"] = options.pop("compile_")
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
     bar, callback = _progress_bar(config.steps, enabled=show_progress)
@@ -85,7 +125,37 @@ def train(**options: Any) -> None:
         summary = run_training(config, callbacks=[callback])
     finally:
         bar.close()
-    click.echo(_render_summary(summary))
+    if os.environ.get("RANK", "0") == "0":
+        click.echo(_render_summary(summary))
+
+
+def _launch_torchrun(nproc: int) -> int:
+    """Re-run this command under torchrun with ``nproc`` processes; return its exit status."""
+    import subprocess
+
+    args = sys.argv[1:]
+    cleaned, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--nproc":
+            skip = True
+            continue
+        if arg.startswith("--nproc="):
+            continue
+        cleaned.append(arg)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        "-m",
+        "ampkit",
+        *cleaned,
+    ]
+    return subprocess.call(command)
 
 
 def _progress_bar(total: int, enabled: bool) -> tuple[Any, Any]:
@@ -119,6 +189,9 @@ def _render_summary(summary: Any) -> str:
     ]
     if summary.precision == "fp16":
         rows.insert(5, ("loss scale", f"{summary.final_scale:g}"))
+    if summary.world_size > 1:
+        rows.insert(1, ("processes", f"{summary.world_size} (batch per process)"))
+    rows.extend(("note", note) for note in summary.notes)
     if summary.out:
         rows.append(("outputs", f"{summary.out}/metrics.jsonl, model.safetensors, summary.json"))
     width = max(len(k) for k, _ in rows)

@@ -1,0 +1,174 @@
+"""Trainer callbacks: the hooks, and the built-in progress bar, metrics file and TensorBoard.
+
+A callback subclasses :class:`Callback` and overrides the hooks it needs. Hooks run on every
+rank; check ``trainer.is_main`` before writing anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ampkit.metrics import StepMetrics
+
+if TYPE_CHECKING:
+    from ampkit.engine import StepResult
+    from ampkit.trainer import FitResult, Trainer
+
+__all__ = ["Callback", "MetricsFile", "ProgressBar", "TensorBoard"]
+
+
+class Callback:
+    """Base class of Trainer callbacks; every hook is a no-op by default.
+
+    Order of calls in ``fit``: ``on_fit_start`` once (after resume), then per optimizer step
+    ``on_step_end`` (every step, cheap: no GPU sync) and ``on_log`` (every ``log_every`` steps
+    and the last), ``on_checkpoint`` after each checkpoint is complete, ``on_fit_end`` once.
+    """
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        """Training is about to start (or resume at ``trainer.step``)."""
+
+    def on_step_end(self, trainer: Trainer, result: StepResult) -> None:
+        """An optimizer step (or skipped step) has finished."""
+
+    def on_log(self, trainer: Trainer, metrics: StepMetrics) -> None:
+        """Metrics of a logged step are ready."""
+
+    def on_checkpoint(self, trainer: Trainer, path: Path) -> None:
+        """A complete checkpoint was written to ``path`` (rank 0 writes)."""
+
+    def on_fit_end(self, trainer: Trainer, result: FitResult) -> None:
+        """Training has ended normally."""
+
+
+class MetricsFile(Callback):
+    """Write each logged step to a JSON-lines file on rank 0.
+
+    A fresh run refuses to overwrite an existing non-empty file; a resumed run keeps the rows
+    up to the resumed step (rows written after the checkpoint, before a crash, are dropped,
+    atomically) and appends after them.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._file: Any = None
+
+    def prepare(self, resumed_step: int | None) -> None:
+        """Check or trim the file before training (called by the Trainer on rank 0)."""
+        from ampkit.errors import ConfigurationError
+
+        if resumed_step is None:
+            if self.path.exists() and self.path.stat().st_size:
+                raise ConfigurationError(
+                    f"metrics: {self.path} already holds a run's metrics and would be "
+                    "overwritten. Resume that run (resume='auto', --resume auto) or write to "
+                    "another folder."
+                )
+            return
+        if self.path.exists():
+            kept = [
+                line
+                for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= resumed_step
+            ]
+            tmp = self.path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(line + "\n" for line in kept))
+            os.replace(tmp, self.path)
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        if trainer.is_main:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
+
+    def on_log(self, trainer: Trainer, metrics: StepMetrics) -> None:
+        if self._file is not None:
+            self._file.write(metrics.to_json() + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the file (the Trainer calls this on success and on error)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def on_fit_end(self, trainer: Trainer, result: FitResult) -> None:
+        self.close()
+
+
+class ProgressBar(Callback):
+    """A tqdm bar on rank 0 with loss, throughput and (fp16) the loss scale."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        if trainer.is_main:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=trainer.max_steps,
+                initial=trainer.step,
+                unit="step",
+                dynamic_ncols=True,
+                leave=False,
+            )
+
+    def on_log(self, trainer: Trainer, metrics: StepMetrics) -> None:
+        if self._bar is None:
+            return
+        rate = metrics.tokens_per_s if metrics.tokens_per_s is not None else metrics.samples_per_s
+        unit = "tok/s" if metrics.tokens_per_s is not None else "samples/s"
+        postfix = {"loss": f"{metrics.loss:.3f}", unit: f"{rate:,.0f}"}
+        if trainer.mp.policy.uses_scaler:
+            postfix["scale"] = f"{metrics.scale:g}"
+        self._bar.set_postfix(postfix, refresh=False)
+        self._bar.update(metrics.step - self._bar.n)
+
+    def close(self) -> None:
+        """Remove the bar from the terminal."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def on_fit_end(self, trainer: Trainer, result: FitResult) -> None:
+        self.close()
+
+
+class TensorBoard(Callback):
+    """Log loss, learning rate, loss scale and throughput to TensorBoard (rank 0).
+
+    Needs the ``tensorboard`` package; :meth:`available` says whether it is installed.
+    """
+
+    def __init__(self, log_dir: str | Path) -> None:
+        self.log_dir = Path(log_dir)
+        self._writer: Any = None
+
+    @staticmethod
+    def available() -> bool:
+        """Whether ``torch.utils.tensorboard`` can be used here."""
+        import importlib.util
+
+        return importlib.util.find_spec("tensorboard") is not None
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        if trainer.is_main:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.log_dir))
+
+    def on_log(self, trainer: Trainer, metrics: StepMetrics) -> None:
+        if self._writer is None:
+            return
+        for name in ("loss", "lr", "scale", "step_time_ms", "samples_per_s"):
+            self._writer.add_scalar(f"train/{name}", getattr(metrics, name), metrics.step)
+        if metrics.grad_norm is not None:
+            self._writer.add_scalar("train/grad_norm", metrics.grad_norm, metrics.step)
+
+    def on_fit_end(self, trainer: Trainer, result: FitResult) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,138 @@
+"""torch.distributed set-up for ``torchrun`` launches: process group, device, DDP or FSDP2.
+
+ampkit never starts its own launcher or communication layer: ``torchrun`` sets ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous address; this module joins that group
+(NCCL on CUDA, gloo on CPU), wraps the model with ``DistributedDataParallel`` or FSDP2's
+``fully_shard`` and tears the group down again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ampkit.errors import ConfigurationError
+from ampkit.policy import Policy
+
+__all__ = [
+    "DistContext",
+    "Strategy",
+    "fsdp_mixed_precision",
+    "init_distributed",
+    "teardown_distributed",
+    "wrap_model",
+]
+
+Strategy = Literal["auto", "none", "ddp", "fsdp"]
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process sits in the job.
+
+    Attributes:
+        rank, world_size, local_rank: as set by ``torchrun`` (0, 1, 0 without it).
+        owns_group: this process group was created by ampkit and is destroyed by it.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    owns_group: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that logs and writes checkpoints."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        """More than one process takes part."""
+        return self.world_size > 1
+
+
+def launched_world_size() -> int:
+    """``WORLD_SIZE`` from the environment (1 when not launched by torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
+    """Join the ``torchrun`` process group, or describe the one the caller already made.
+
+    Raises:
+        ConfigurationError: launched by torchrun but the environment lacks ``RANK``.
+    """
+    if dist.is_available() and dist.is_initialized():
+        local = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+        return DistContext(dist.get_rank(), dist.get_world_size(), local, owns_group=False)
+    world = launched_world_size()
+    if world <= 1:
+        return DistContext()
+    if "RANK" not in os.environ:
+        raise ConfigurationError(
+            f"distributed: WORLD_SIZE={world} is set but RANK is not. Launch with "
+            "`torchrun --nproc_per_node=N -m ampkit train ...` (or `ampkit train --nproc N`)."
+        )
+    rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    if device_type == "cuda":
+        torch.cuda.set_device(local)
+    dist.init_process_group(
+        backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s)
+    )
+    return DistContext(rank, world, local, owns_group=True)
+
+
+def teardown_distributed(ctx: DistContext) -> None:
+    """Destroy the process group if ampkit created it."""
+    if ctx.owns_group and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def fsdp_mixed_precision(policy: Policy):  # -> torch.distributed.fsdp.MixedPrecisionPolicy
+    """FSDP2's ``MixedPrecisionPolicy`` for an ampkit policy.
+
+    Parameters are all-gathered and computed in the policy's low-precision dtype (fp32 for
+    fp32); gradients are reduced in fp32, so the sharded fp32 master weights and optimizer
+    state see full-precision gradients.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    low = policy.compute_dtype if policy.autocast_enabled else None
+    return MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
+
+
+def wrap_model(model: nn.Module, strategy: Strategy, ctx: DistContext, policy: Policy) -> nn.Module:
+    """Wrap ``model`` for data parallelism; the model must already be on its device.
+
+    ``ddp``: ``DistributedDataParallel``. ``fsdp``: FSDP2 ``fully_shard`` on each block of the
+    model's ``nn.ModuleList``s (transformer layers), then on the root, with
+    :func:`fsdp_mixed_precision`. ``none`` or a
+    single process: the model unchanged.
+    """
+    if strategy == "none" or not ctx.distributed:
+        return model
+    if strategy in ("auto", "ddp"):
+        from torch.nn.parallel import DistributedDataParallel
+
+        device_ids = [ctx.local_rank] if policy.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=device_ids)
+    if strategy == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        mp_policy = fsdp_mixed_precision(policy)
+        for child in model.modules():
+            if child is not model and isinstance(child, nn.ModuleList):
+                for block in child:
+                    fully_shard(block, mp_policy=mp_policy)
+        fully_shard(model, mp_policy=mp_policy)
+        return model
+    raise ConfigurationError(
+        f"strategy: {strategy!r} is unknown. Use 'auto', 'ddp', 'fsdp' or 'none'."
+    )

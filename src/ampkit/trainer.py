@@ -1,0 +1,514 @@
+"""``Trainer``: a training loop on :class:`~ampkit.MixedPrecision` that never loses a run.
+
+``fit`` in outline (callback hooks in brackets)::
+
+    join the torchrun process group (if launched by torchrun)
+    move the model to the device; channels_last; DDP / FSDP2 wrap; torch.compile
+    resume from a verified checkpoint ("auto": the newest one that verifies)
+    [on_fit_start]
+    until max_steps optimizer steps:
+        for each micro-batch of the resumable, rank-aware loader:
+            with mp.accumulate(model), mp.autocast(): loss = compute_loss(batch)
+            mp.backward(loss); result = mp.step(optimizer, scheduler)
+            if the window ended: [on_step_end]; log [on_log]; checkpoint [on_checkpoint]
+    [on_fit_end]; destroy the process group ampkit created
+
+Batch convention: with ``loss_fn``, a batch is ``(inputs, targets)`` and the loss is
+``loss_fn(model(inputs), targets)``. Without it, the model gets the batch (``model(*batch)``
+for a tuple/list, ``model(**batch)`` for a dict, else ``model(batch)``) and returns the loss:
+a scalar tensor, an object with ``.loss``, a dict with ``"loss"``, or a tuple/list whose first
+scalar tensor is the loss (so ``(logits, loss)`` and ``(loss, logits)`` both work).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ampkit import checkpoint as ckpt
+from ampkit.callbacks import Callback, MetricsFile
+from ampkit.distributed import (
+    DistContext,
+    Strategy,
+    init_distributed,
+    teardown_distributed,
+    wrap_model,
+)
+from ampkit.engine import MixedPrecision
+from ampkit.errors import CheckpointError, ConfigurationError
+from ampkit.loader import build_loader, to_device
+from ampkit.metrics import StepMetrics, peak_memory, reset_peak_memory
+from ampkit.trainer_state import TrainerState, restore, snapshot
+
+__all__ = ["FitResult", "Trainer"]
+
+log = logging.getLogger("ampkit")
+
+OptimizerLike = torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+SchedulerLike = Any  # an LRScheduler, or a callable optimizer -> LRScheduler
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What ``Trainer.fit`` did (rank 0's view; counters are identical on all ranks)."""
+
+    precision: str
+    reason: str
+    device: str
+    world_size: int
+    steps: int
+    skipped_steps: int
+    final_loss: float
+    samples_per_s: float
+    tokens_per_s: float | None
+    wall_s: float
+    peak_memory_bytes: int
+    peak_memory_kind: str
+    resumed_from: str | None
+    final_scale: float
+    checkpoints: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    scale_history: list[tuple[int, float]] = field(default_factory=list)
+
+
+def _loss_from_output(output: Any) -> torch.Tensor:
+    if isinstance(output, torch.Tensor) and output.dim() == 0:
+        return output
+    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
+        return output["loss"]
+    if isinstance(getattr(output, "loss", None), torch.Tensor):
+        return output.loss
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            if isinstance(item, torch.Tensor) and item.dim() == 0:
+                return item
+    raise ConfigurationError(
+        f"Trainer: the model returned {type(output).__name__}, which holds no scalar loss. "
+        "Return the loss (a scalar tensor, `.loss`, a dict 'loss', or a tuple holding it) "
+        "or pass loss_fn= and batches of (inputs, targets)."
+    )
+
+
+def _check_positive(name: str, value: int | None, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"Trainer: {name}={value!r} is invalid. It must be an integer >= 1."
+        )
+
+
+class Trainer:
+    """Fit a model with mixed precision, checkpoints and (under torchrun) DDP or FSDP2.
+
+    Args:
+        model: the model (on any device; the Trainer moves it).
+        optimizer: an optimizer over ``model``'s parameters, or a factory called with the
+            parameters after wrapping (required for ``strategy="fsdp"``).
+        loss_fn: ``loss_fn(outputs, targets)``; None when the model returns its loss.
+        max_steps: optimizer steps to train for (a resumed run stops at the same step).
+        precision, device, grad_accum_steps, max_grad_norm: as :class:`~ampkit.MixedPrecision`.
+        scheduler: an LR scheduler, or a factory called with the optimizer. It steps only
+            when the optimizer stepped.
+        batch_size: per-process micro-batch size, used when ``fit`` gets a Dataset.
+        num_workers: DataLoader workers when the Trainer builds the loader (default: 0 on CPU,
+            ``min(4, cpus // 2)`` on CUDA).
+        seed: seeds the sampler's order (per epoch).
+        checkpoint_dir: folder for ``step-NNNNNNNN`` checkpoints.
+        checkpoint_every: write a checkpoint every N optimizer steps (and at the end).
+        keep_last: keep only the newest N checkpoints.
+        resume: ``"auto"`` (newest valid checkpoint in ``checkpoint_dir``, else start fresh),
+            a checkpoint folder, or None (fresh; refuses a ``checkpoint_dir`` that holds one).
+        compile: ``torch.compile`` the model; ``compile_mode`` e.g. ``"reduce-overhead"``.
+        channels_last: channels-last memory format for the model and 4-D inputs (conv nets).
+        cudnn_benchmark: let cuDNN pick algorithms per shape (restored after ``fit``).
+        strategy: ``"auto"`` (DDP under torchrun), ``"ddp"``, ``"fsdp"`` or ``"none"``.
+        callbacks: :class:`~ampkit.callbacks.Callback` objects.
+        log_every: steps between logged metrics (one GPU sync each).
+        metrics_file: write logged metrics here as JSON lines (rank 0).
+        tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
+        scaler_options: extra :class:`~ampkit.LossScaler` settings (fp16 only).
+
+    Raises:
+        ConfigurationError: an invalid setting, a precision the hardware cannot run, an
+            optimizer needing closures under fp16, an optimizer instance with FSDP.
+        CheckpointError: ``resume`` names a checkpoint that does not exist.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerLike,
+        *,
+        max_steps: int,
+        loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
+        precision: str = "auto",
+        device: torch.device | str | None = None,
+        grad_accum_steps: int = 1,
+        max_grad_norm: float | None = None,
+        scheduler: SchedulerLike = None,
+        batch_size: int | None = None,
+        num_workers: int | None = None,
+        seed: int = 0,
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_every: int | None = None,
+        keep_last: int | None = None,
+        resume: str | Path | None = None,
+        compile: bool = False,
+        compile_mode: str | None = None,
+        channels_last: bool = False,
+        cudnn_benchmark: bool = False,
+        strategy: Strategy = "auto",
+        callbacks: Sequence[Callback] = (),
+        log_every: int = 10,
+        metrics_file: str | Path | None = None,
+        tokens_per_sample: int | None = None,
+        scaler_options: dict[str, Any] | None = None,
+    ) -> None:
+        for name, value, optional in [
+            ("max_steps", max_steps, False),
+            ("checkpoint_every", checkpoint_every, True),
+            ("keep_last", keep_last, True),
+            ("log_every", log_every, False),
+            ("batch_size", batch_size, True),
+        ]:
+            _check_positive(name, value, optional)
+        if (checkpoint_every or keep_last or resume) and checkpoint_dir is None:
+            raise ConfigurationError(
+                "Trainer: checkpoint_every, keep_last and resume need checkpoint_dir. "
+                "Pass checkpoint_dir='path/to/checkpoints'."
+            )
+        if resume not in (None, "auto") and not Path(resume).is_dir():
+            raise CheckpointError(
+                f"resume: {resume} does not exist. Pass a step-NNNNNNNN folder, or 'auto' to "
+                "continue from the newest valid checkpoint in checkpoint_dir."
+            )
+        if strategy == "fsdp" and isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigurationError(
+                "Trainer: strategy='fsdp' replaces the parameters when sharding, so pass an "
+                "optimizer factory, e.g. optimizer=lambda params: torch.optim.AdamW(params)."
+            )
+        self.dist: DistContext = init_distributed(
+            torch.device(device).type
+            if device is not None
+            else ("cuda" if torch.cuda.is_available() else "cpu")
+        )
+        if device is None and torch.cuda.is_available():
+            device = torch.device("cuda", self.dist.local_rank)
+        self.mp = MixedPrecision(
+            precision,
+            device,
+            grad_accum_steps=grad_accum_steps,
+            max_grad_norm=max_grad_norm,
+            **(scaler_options or {}),
+        )
+        if self.mp.policy.uses_scaler and isinstance(optimizer, torch.optim.LBFGS):
+            raise ConfigurationError(
+                "Trainer: LBFGS needs a closure, which fp16 loss scaling cannot scale. "
+                "Use precision='bf16' or 'fp32' with LBFGS."
+            )
+        self.raw_model = model
+        self.model: nn.Module = model
+        self.optimizer_like, self.scheduler_like = optimizer, scheduler
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: Any = None
+        self.loss_fn, self.max_steps, self.batch_size = loss_fn, max_steps, batch_size
+        self.num_workers, self.seed, self.strategy = num_workers, seed, strategy
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.checkpoint_every, self.keep_last, self.resume = checkpoint_every, keep_last, resume
+        self.compile, self.compile_mode = compile, compile_mode
+        self.channels_last, self.cudnn_benchmark = channels_last, cudnn_benchmark
+        self.metrics = MetricsFile(metrics_file) if metrics_file else None
+        self.callbacks: list[Callback] = [*([self.metrics] if self.metrics else []), *callbacks]
+        self.log_every, self.tokens_per_sample = log_every, tokens_per_sample
+        self.state = TrainerState()
+        self.notes: list[str] = []
+        self.saved: list[str] = []
+        self.resumed_from: Path | None = None
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps done (restored on resume)."""
+        return self.state.step
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this is rank 0 (the process that logs and writes checkpoints)."""
+        return self.dist.is_main
+
+    @property
+    def device(self) -> torch.device:
+        """The training device."""
+        return self.mp.device
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        model = self.raw_model.to(self.device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = wrap_model(model, self.strategy, self.dist, self.mp.policy)
+        if callable(self.optimizer_like) and not isinstance(
+            self.optimizer_like, torch.optim.Optimizer
+        ):
+            self.optimizer = self.optimizer_like(self.model.parameters())
+        else:
+            self.optimizer = self.optimizer_like
+        sched = self.scheduler_like
+        self.scheduler = (
+            sched(self.optimizer) if callable(sched) and not hasattr(sched, "step") else sched
+        )
+        if self.compile:
+            self.model = torch.compile(self.model, mode=self.compile_mode)
+
+    def _resume(self) -> None:
+        path = self._resume_path()
+        if self.metrics is not None and self.is_main:
+            self.metrics.prepare(None if path is None else self.state.step)
+        if path is None:
+            return
+        restore(self, path)
+        self.resumed_from = path
+        self.notes.append(f"resumed from {path} at step {self.state.step}")
+        log.info(self.notes[-1])
+
+    def _resume_path(self) -> Path | None:
+        if self.resume is None:
+            existing = ckpt.find_checkpoints(self.checkpoint_dir) if self.checkpoint_dir else []
+            if existing:
+                raise ConfigurationError(
+                    f"checkpoint_dir: {self.checkpoint_dir} already holds checkpoints (newest: "
+                    f"step {existing[-1].step}); a fresh run would mix with them. Pass "
+                    "resume='auto' (--resume auto) to continue, or use another folder."
+                )
+            return None
+        if self.resume != "auto":
+            return Path(self.resume)
+        info, problems = ckpt.latest_valid_checkpoint(self.checkpoint_dir)
+        for problem in problems:
+            self.notes.append(f"skipped a bad checkpoint: {problem}")
+            log.warning(self.notes[-1])
+        if info is None:
+            self.notes.append(f"no valid checkpoint in {self.checkpoint_dir}: starting fresh")
+            log.info(self.notes[-1])
+            return None
+        return info.path
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _loss(self, batch: Any) -> torch.Tensor:
+        if self.loss_fn is not None:
+            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+                raise ConfigurationError(
+                    "Trainer: with loss_fn, each batch must be (inputs, targets); got "
+                    f"{type(batch).__name__}. Drop loss_fn if the model returns its loss."
+                )
+            inputs, targets = batch
+            return self.loss_fn(self.model(inputs), targets)
+        if isinstance(batch, dict):
+            return _loss_from_output(self.model(**batch))
+        if isinstance(batch, (tuple, list)):
+            return _loss_from_output(self.model(*batch))
+        return _loss_from_output(self.model(batch))
+
+    def _batches(self, data: Any) -> Iterable[Any]:
+        """Micro-batches from the saved position, epoch after epoch."""
+        while True:
+            if isinstance(data, torch.utils.data.Dataset) and hasattr(data, "__len__"):
+                if self.batch_size is None:
+                    raise ConfigurationError(
+                        "Trainer: fit() got a Dataset, so batch_size is needed to build the "
+                        "loader. Pass batch_size=N (per process)."
+                    )
+                loader: Iterable[Any] = build_loader(
+                    data,
+                    batch_size=self.batch_size,
+                    rank=self.dist.rank,
+                    world_size=self.dist.world_size,
+                    seed=self.seed,
+                    epoch=self.state.epoch,
+                    start_batch=self.state.batch_in_epoch,
+                    device=self.device,
+                    num_workers=self.num_workers,
+                )
+                skip = 0
+            else:  # an iterable the user built: replay the epoch up to the saved position
+                loader, skip = data, self.state.batch_in_epoch
+            fresh_epoch = self.state.batch_in_epoch == 0
+            produced = False
+            for i, batch in enumerate(loader):
+                if i < skip:
+                    continue
+                produced = True
+                yield batch
+            if fresh_epoch and not produced:
+                raise ConfigurationError(
+                    "Trainer: the training data produced no batch. Check its length against "
+                    "batch_size (incomplete batches are dropped)."
+                )
+            self.state.epoch += 1
+            self.state.batch_in_epoch = 0
+
+    def fit(self, train_data: Any, val_data: Any = None) -> FitResult:
+        """Train until ``max_steps``; return a :class:`FitResult`.
+
+        ``train_data``: a map-style Dataset (the Trainer builds the loader, rank-aware and
+        resumable) or any re-iterable of batches (e.g. your DataLoader; on resume the current
+        epoch is replayed up to the saved position, so its order must be deterministic).
+        ``val_data``: batches evaluated once at the end (mean loss in ``FitResult.notes``).
+        """
+        saved_bench = torch.backends.cudnn.benchmark
+        torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        try:
+            with self.mp:
+                self._setup()
+                self._resume()
+                result = self._loop(train_data)
+                if val_data is not None:
+                    val = self.evaluate(val_data)
+                    result.notes.append(f"validation loss {val:.4f}")
+            for callback in self.callbacks:
+                callback.on_fit_end(self, result)
+            return result
+        finally:
+            for callback in self.callbacks:
+                close = getattr(callback, "close", None)
+                if callable(close):
+                    close()
+            torch.backends.cudnn.benchmark = saved_bench
+            teardown_distributed(self.dist)
+
+    def _loop(self, train_data: Any) -> FitResult:
+        optimizer = self.optimizer
+        if optimizer is None:  # pragma: no cover - _setup always sets it
+            raise RuntimeError("Trainer: optimizer missing after set-up")
+        for callback in self.callbacks:
+            callback.on_fit_start(self)
+        reset_peak_memory(self.device)
+        start = interval = time.perf_counter()
+        loss_sum = torch.zeros((), device=self.device)
+        micro = samples = samples_total = 0
+        last_loss = float("nan")
+        batches = iter(self._batches(train_data)) if self.state.step < self.max_steps else iter(())
+        for batch in batches:
+            batch = to_device(batch, self.device, self.channels_last)
+            with self.mp.accumulate(self.model):
+                with self.mp.autocast():
+                    loss = self._loss(batch)
+                self.mp.backward(loss)
+            loss_sum += loss.detach().float()
+            micro += 1
+            first = batch[0] if isinstance(batch, (tuple, list)) else batch
+            n = first.shape[0] if isinstance(first, torch.Tensor) else 1
+            samples += n * self.dist.world_size
+            self.state.batch_in_epoch += 1
+            result = self.mp.step(optimizer, self.scheduler)
+            if not result.window_done:
+                continue
+            self.state.step += 1
+            for callback in self.callbacks:
+                callback.on_step_end(self, result)
+            done = self.state.step >= self.max_steps
+            if self.state.step % self.log_every == 0 or done:
+                if self.dist.distributed:
+                    dist.all_reduce(loss_sum)
+                last_loss = float(loss_sum) / (micro * self.dist.world_size)
+                elapsed = time.perf_counter() - interval
+                steps = micro // self.mp.grad_accum_steps
+                metrics = StepMetrics(
+                    step=self.state.step,
+                    loss=last_loss,
+                    lr=optimizer.param_groups[0]["lr"],
+                    scale=result.scale,
+                    skipped=result.skipped,
+                    grad_norm=result.grad_norm,
+                    step_time_ms=1000 * elapsed / steps,
+                    samples_per_s=samples / elapsed,
+                    tokens_per_s=samples * self.tokens_per_sample / elapsed
+                    if self.tokens_per_sample
+                    else None,
+                )
+                for callback in self.callbacks:
+                    callback.on_log(self, metrics)
+                samples_total += samples
+                loss_sum.zero_()
+                micro = samples = 0
+                interval = time.perf_counter()
+            every = self.checkpoint_every
+            if self.checkpoint_dir and ((every and self.state.step % every == 0) or done):
+                self.save_checkpoint()
+            if done:
+                break
+        wall = time.perf_counter() - start
+        memory, kind = peak_memory(self.device)
+        stats = self.mp.stats
+        rate = samples_total / wall if wall > 0 else 0.0
+        return FitResult(
+            precision=self.mp.policy.precision,
+            reason=self.mp.policy.reason,
+            device=str(self.device),
+            world_size=self.dist.world_size,
+            steps=stats.steps,
+            skipped_steps=stats.skipped_steps,
+            final_loss=last_loss,
+            samples_per_s=rate,
+            tokens_per_s=rate * self.tokens_per_sample if self.tokens_per_sample else None,
+            wall_s=wall,
+            peak_memory_bytes=memory,
+            peak_memory_kind=kind,
+            resumed_from=str(self.resumed_from) if self.resumed_from else None,
+            final_scale=stats.scale,
+            checkpoints=list(self.saved),
+            notes=list(self.notes),
+            scale_history=list(stats.scale_history),
+        )
+
+    def save_checkpoint(self) -> Path | None:
+        """Write a checkpoint of the current step (collective; rank 0 writes). Skips a step
+        that already has one (e.g. the final step coinciding with ``checkpoint_every``)."""
+        if self.checkpoint_dir is None:
+            raise ConfigurationError("Trainer.save_checkpoint: no checkpoint_dir was given.")
+        if self.saved and self.saved[-1].endswith(f"step-{self.state.step:08d}"):
+            return None
+        weights, state, metadata = snapshot(self)
+        path = None
+        if self.is_main:
+            path = ckpt.save_checkpoint(
+                self.checkpoint_dir, self.state.step, weights, state, metadata
+            )
+            if self.keep_last:
+                ckpt.prune_checkpoints(self.checkpoint_dir, self.keep_last)
+            self.saved.append(str(path))
+            for callback in self.callbacks:
+                callback.on_checkpoint(self, path)
+        if self.dist.distributed:
+            dist.barrier()
+        return path
+
+    @torch.no_grad()
+    def evaluate(self, data: Iterable[Any]) -> float:
+        """Mean loss over ``data`` under the policy's autocast, without gradients."""
+        was_training = self.model.training
+        self.model.eval()
+        total, count = torch.zeros((), device=self.device), 0
+        try:
+            for batch in data:
+                with self.mp.autocast():
+                    total += self._loss(to_device(batch, self.device, self.channels_last)).float()
+                count += 1
+        finally:
+            self.model.train(was_training)
+        if self.dist.distributed:
+            dist.all_reduce(total)
+            count *= self.dist.world_size
+        return float(total) / max(count, 1)
