@@ -1,0 +1,203 @@
+"""The facts the rules read: file-wide bindings and the event flow of every unit.
+
+:class:`FileFacts` is a single pass over a parsed file collecting what holds a scaler, an
+optimizer, a scaled loss or an autocast context (``self.scaler = GradScaler()``,
+``scaled = scaler.scale(loss)``, ``ctx = torch.autocast(...)``), the module-level functions
+and each class's methods. :class:`FileAnalysis` then builds one flow per unit (the module
+body and every function or method, following calls of same-file functions) for the rules.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ampkit.lint.findings import Finding, Fix, Severity
+from ampkit.lint.flow import Event, FlowBuilder
+from ampkit.lint.names import AutocastInfo, Imports, Resolver, dotted_key, is_optimizer_name, is_scaler_name
+from ampkit.lint.source import SourceText
+
+__all__ = ["FileAnalysis", "FileFacts", "Unit"]
+
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+class FileFacts:
+    """File-wide bindings used to classify calls (see the module docstring)."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.imports = Imports(tree)
+        self.constants: dict[str, ast.expr] = {}
+        self.scaler_keys: dict[str, ast.Call | None] = {}
+        self.optimizer_keys: set[str] = set()
+        self.scaled_keys: set[str] = set()
+        self.autocast_vars: dict[str, AutocastInfo] = {}
+        self.assignments: dict[str, list[ast.expr]] = defaultdict(list)
+        self.functions: dict[str, FunctionNode] = {}
+        self.any_scaler_update = False
+        self.any_scaler = False
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions[stmt.name] = stmt
+        self._collect_constants(tree)
+        self.resolver = Resolver(self.imports, self.constants)
+        self._collect_bindings(tree)
+
+    def _collect_constants(self, tree: ast.Module) -> None:
+        counts: dict[str, int] = defaultdict(int)
+        values: dict[str, ast.expr] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            counts[name.id] += 1
+                            values[name.id] = node.value
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+                if isinstance(node.target, ast.Name):
+                    counts[node.target.id] += 1
+                    if node.value is not None:
+                        values[node.target.id] = node.value
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                for name in ast.walk(node.target):
+                    if isinstance(name, ast.Name):
+                        counts[name.id] += 2
+            elif isinstance(node, ast.arg):
+                counts[node.arg] += 2
+        for name, count in counts.items():
+            value = values.get(name)
+            if count == 1 and isinstance(value, (ast.Constant, ast.Attribute, ast.Name)):
+                self.constants[name] = value
+
+    def _collect_bindings(self, tree: ast.Module) -> None:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    self._bind(target, node.value)
+            elif isinstance(node, ast.AugAssign):
+                key = dotted_key(node.target)
+                if key is not None:
+                    self.assignments[key].append(node)  # type: ignore[arg-type]
+            elif isinstance(node, ast.Call):
+                self._note_call(node)
+
+    def _bind(self, target: ast.expr, value: ast.expr) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self._bind(elt, value)
+            return
+        key = dotted_key(target)
+        if key is None:
+            return
+        self.assignments[key].append(value)
+        ctor = self.resolver.scaler_ctor(value)
+        if ctor is not None:
+            self.scaler_keys[key] = ctor
+            self.any_scaler = True
+        info = self.resolver.find_autocast(value)
+        if info is not None and not info.disabled:
+            self.autocast_vars[key] = info
+        if isinstance(value, ast.Call):
+            qual = self.imports.qualname(value.func) or ""
+            name = value.func.attr if isinstance(value.func, ast.Attribute) else qual
+            if qual.startswith("torch.optim.") or "optimizer" in name.lower():
+                self.optimizer_keys.add(key)
+        if self.is_scaled(value):
+            self.scaled_keys.add(key)
+
+    def _note_call(self, call: ast.Call) -> None:
+        func = call.func
+        if self.resolver.scaler_ctor(call) is not None:
+            self.any_scaler = True
+        if not isinstance(func, ast.Attribute):
+            return
+        obj = dotted_key(func.value)
+        if func.attr in ("step", "unscale_") and is_scaler_name(obj) and call.args:
+            arg = dotted_key(call.args[0])
+            if arg is not None:
+                self.optimizer_keys.add(arg)
+        if func.attr == "update" and self.is_scaler(obj):
+            self.any_scaler_update = True
+        if func.attr in ("scale", "unscale_") and self.is_scaler(obj):
+            self.any_scaler = True
+
+    def is_scaler(self, key: str | None) -> bool:
+        """Whether ``key`` holds a GradScaler (constructed here, or named like one)."""
+        return key is not None and (key in self.scaler_keys or is_scaler_name(key))
+
+    def is_optimizer(self, key: str | None) -> bool:
+        """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
+        return key is not None and (key in self.optimizer_keys or is_optimizer_name(key))
+
+    def is_scaled(self, node: ast.expr) -> bool:
+        """Whether ``node`` is (or holds) a loss multiplied by a scaler: ``scaler.scale(loss)``."""
+        key = dotted_key(node)
+        if key is not None and key in getattr(self, "scaled_keys", ()):
+            return True
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+                if sub.func.attr == "scale" and self.is_scaler(dotted_key(sub.func.value)):
+                    return True
+        return False
+
+
+@dataclass
+class Unit:
+    """A function, method or module body with its flow of events."""
+
+    node: ast.AST
+    events: list[Event]
+    cls: ast.ClassDef | None = None
+    group: int = 0
+
+    def of(self, *kinds: str) -> list[Event]:
+        """The events of the given kinds, in order."""
+        return [e for e in self.events if e.kind in kinds]
+
+
+@dataclass
+class FileAnalysis:
+    """Everything the rules need about one parsed file."""
+
+    tree: ast.Module
+    source: SourceText
+    path: str
+    facts: FileFacts = field(init=False)
+    units: list[Unit] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.facts = FileFacts(self.tree)
+        self.units = []
+        module_unit = Unit(self.tree, FlowBuilder(self.facts, {}).build(self.tree.body), None, 0)
+        self.units.append(module_unit)
+        self._walk(self.tree, None)
+
+    def _walk(self, node: ast.AST, cls: ast.ClassDef | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                self._walk(child, child)
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                methods: dict[str, FunctionNode] = {}
+                if cls is not None:
+                    methods = {
+                        m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    }
+                events = FlowBuilder(self.facts, methods).build(child.body, child)
+                group = id(cls) if cls is not None else 0
+                self.units.append(Unit(child, events, cls, group))
+                self._walk(child, None)
+            else:
+                self._walk(child, cls)
+
+    def group_events(self, group: int, *kinds: str) -> list[Event]:
+        """Events of the given kinds in every unit of a class (or of the module, group 0)."""
+        return [e for u in self.units if u.group == group for e in u.of(*kinds)]
+
+    def finding(
+        self, code: str, severity: Severity, node: ast.AST, message: str, fix: Fix | None = None
+    ) -> Finding:
+        """A finding located at ``node``."""
+        line, column = self.source.position(getattr(node, "lineno", 1), getattr(node, "col_offset", 0))
+        return Finding(self.path, line, column, code, severity, message, fix)
