@@ -152,8 +152,8 @@ class ScalerWithBfloat16(Rule):
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         facts = analysis.facts
         for unit in analysis.units:
-            bf16 = [a for a in unit.of("autocast") if _info(a).dtype == BF16]
-            if not bf16:
+            regions = unit.of("autocast")
+            if not regions or any(_info(a).dtype != BF16 for a in regions):
                 continue
             used = unit.of("scale") + [b for b in unit.of("backward") if b.scaled] + unit.of("scaler_step")
             if not used:
