@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from ampkit.errors import AmpkitError
-
-if TYPE_CHECKING:
-    from ampkit.lint.runner import Selection
 
 __all__ = ["lint"]
 
@@ -81,16 +76,10 @@ def lint(
 
 def _run(paths: tuple[str, ...], fmt: str, select: tuple[str, ...], ignore: tuple[str, ...], fix: bool) -> bool:
     from ampkit.lint.report import format_findings
-    from ampkit.lint.runner import Selection, check_file, iter_python_files
+    from ampkit.lint.runner import Selection, iter_python_files, lint_files
 
     selection = Selection.from_options(select, ignore)
-    files = list(iter_python_files(paths))
-    findings = []
-    fixed = 0
-    for path in files:
-        if fix:
-            fixed += _fix_file(path, selection)
-        findings.extend(check_file(path, selection))
+    findings, fixed = lint_files(list(iter_python_files(paths)), selection, fix=fix)
     click.echo(format_findings(findings, fmt), nl=False)
     if fmt == "text":
         fixable = sum(1 for f in findings if f.fix is not None)
@@ -102,18 +91,3 @@ def _run(paths: tuple[str, ...], fmt: str, select: tuple[str, ...], ignore: tupl
         if findings or fixed:
             click.echo(summary + ".", err=True)
     return any(f.severity.fails for f in findings)
-
-
-def _fix_file(path: Path, selection: Selection) -> int:
-    """Apply safe fixes to one file in place; return how many were applied."""
-    from ampkit.lint.fix import fix_source
-    from ampkit.lint.runner import read_source
-
-    try:
-        text, encoding = read_source(path)
-    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
-        return 0
-    new, count = fix_source(text, str(path), selection)
-    if count and new != text:
-        path.write_bytes(new.encode(encoding))
-    return count

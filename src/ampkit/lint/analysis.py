@@ -26,8 +26,9 @@ FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 class FileFacts:
     """File-wide bindings used to classify calls (see the module docstring)."""
 
-    def __init__(self, tree: ast.Module) -> None:
-        self.imports = Imports(tree)
+    def __init__(self, tree: ast.Module, nodes: list[ast.AST]) -> None:
+        self.nodes = nodes
+        self.imports = Imports(nodes)
         self.constants: dict[str, ast.expr] = {}
         self.scaler_keys: dict[str, ast.Call | None] = {}
         self.optimizer_keys: set[str] = set()
@@ -40,14 +41,14 @@ class FileFacts:
         for stmt in tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[stmt.name] = stmt
-        self._collect_constants(tree)
+        self._collect_constants()
         self.resolver = Resolver(self.imports, self.constants)
-        self._collect_bindings(tree)
+        self._collect_bindings()
 
-    def _collect_constants(self, tree: ast.Module) -> None:
+    def _collect_constants(self) -> None:
         counts: dict[str, int] = defaultdict(int)
         values: dict[str, ast.expr] = {}
-        for node in ast.walk(tree):
+        for node in self.nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     for name in ast.walk(target):
@@ -70,8 +71,8 @@ class FileFacts:
             if count == 1 and isinstance(value, (ast.Constant, ast.Attribute, ast.Name)):
                 self.constants[name] = value
 
-    def _collect_bindings(self, tree: ast.Module) -> None:
-        for node in ast.walk(tree):
+    def _collect_bindings(self) -> None:
+        for node in self.nodes:
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
@@ -134,7 +135,7 @@ class FileFacts:
     def is_scaled(self, node: ast.expr) -> bool:
         """Whether ``node`` is (or holds) a loss multiplied by a scaler: ``scaler.scale(loss)``."""
         key = dotted_key(node)
-        if key is not None and key in getattr(self, "scaled_keys", ()):
+        if key is not None and key in self.scaled_keys:
             return True
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
@@ -168,28 +169,34 @@ class FileAnalysis:
     units: list[Unit] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.facts = FileFacts(self.tree)
+        self.nodes: list[ast.AST] = list(ast.walk(self.tree))
+        self._parents: dict[int, ast.AST] | None = None
+        self.facts = FileFacts(self.tree, self.nodes)
         self.units = []
         module_unit = Unit(self.tree, FlowBuilder(self.facts, {}).build(self.tree.body), None, 0)
         self.units.append(module_unit)
-        self._walk(self.tree, None)
-
-    def _walk(self, node: ast.AST, cls: ast.ClassDef | None) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.ClassDef):
-                self._walk(child, child)
-            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        owners: dict[int, ast.ClassDef] = {}
+        for node in self.nodes:
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        owners[id(item)] = node
+        for node in self.nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                cls = owners.get(id(node))
                 methods: dict[str, FunctionNode] = {}
                 if cls is not None:
                     methods = {
                         m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                     }
-                events = FlowBuilder(self.facts, methods).build(child.body, child)
-                group = id(cls) if cls is not None else 0
-                self.units.append(Unit(child, events, cls, group))
-                self._walk(child, None)
-            else:
-                self._walk(child, cls)
+                events = FlowBuilder(self.facts, methods).build(node.body, node)
+                self.units.append(Unit(node, events, cls, id(cls) if cls is not None else 0))
+
+    def parent(self, node: ast.AST) -> ast.AST | None:
+        """The node that directly contains ``node`` (computed on first use)."""
+        if self._parents is None:
+            self._parents = {id(c): p for p in self.nodes for c in ast.iter_child_nodes(p)}
+        return self._parents.get(id(node))
 
     def group_events(self, group: int, *kinds: str) -> list[Event]:
         """Events of the given kinds in every unit of a class (or of the module, group 0)."""

@@ -9,11 +9,12 @@ process repeats until nothing fixable is left, which makes ``--fix`` idempotent.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from ampkit.lint.findings import Edit, Finding
-from ampkit.lint.runner import Selection, check_source
+from ampkit.lint.runner import Selection, check_source, read_source
 
-__all__ = ["apply_fixes", "fix_source"]
+__all__ = ["apply_fixes", "fix_file", "fix_source"]
 
 _MAX_ROUNDS = 5
 
@@ -55,3 +56,15 @@ def fix_source(text: str, path: str = "<string>", selection: Selection | None = 
         if count == 0:
             break
     return text, total
+
+
+def fix_file(path: Path, selection: Selection | None = None) -> int:
+    """Apply safe fixes to a file in place (same encoding and line endings); return the count."""
+    try:
+        text, encoding = read_source(path)
+    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
+        return 0
+    new, count = fix_source(text, str(path), selection)
+    if count and new != text:
+        path.write_bytes(new.encode(encoding))
+    return count

@@ -101,9 +101,9 @@ def is_optimizer_name(key: str | None) -> bool:
 class Imports:
     """The names a module binds through ``import`` statements, mapped to qualified names."""
 
-    def __init__(self, tree: ast.AST) -> None:
+    def __init__(self, nodes: list[ast.AST]) -> None:
         self.aliases: dict[str, str] = {}
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:

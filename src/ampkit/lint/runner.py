@@ -6,9 +6,12 @@ import ast
 import codecs
 import io
 import os
+import re
 import tokenize
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +21,18 @@ from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.rules import RULES, all_rules
 from ampkit.lint.source import SourceText, noqa_map
 
-__all__ = ["Selection", "check_file", "check_paths", "check_source", "iter_python_files"]
+__all__ = [
+    "Selection",
+    "check_file",
+    "check_paths",
+    "check_source",
+    "iter_python_files",
+    "lint_files",
+    "process_file",
+    "read_source",
+]
+
+_PARALLEL_MIN_FILES = 300
 
 #: Folders never entered when walking a directory (explicitly named files are always linted).
 EXCLUDED_DIRS = frozenset(
@@ -67,6 +81,12 @@ def _expand(values: Iterable[str]) -> set[str]:
     return codes
 
 
+#: A file mentioning none of these cannot trigger any rule, so only its syntax is checked.
+_RELEVANT = re.compile(
+    r"torch|scaler|backward|autocast|clip_grad|unscale_|half|bfloat16|float16|\.step\b|zero_grad|state_dict"
+)
+
+
 def _syntax_finding(path: str, exc: BaseException, line: int = 1, column: int = 1) -> Finding:
     return Finding(path, max(line, 1), max(column, 1), "AMP000", Severity.ERROR, f"file not checked: {exc}")
 
@@ -82,6 +102,8 @@ def analyse(text: str, path: str = "<string>") -> tuple[list[Finding], FileAnaly
         return [_syntax_finding(path, Exception(message), exc.lineno or 1, exc.offset or 1)], None
     except (ValueError, RecursionError, MemoryError) as exc:
         return [_syntax_finding(path, Exception(f"cannot parse: {type(exc).__name__}: {exc}"))], None
+    if not _RELEVANT.search(text):
+        return [], None
     try:
         analysis = FileAnalysis(tree, SourceText(text), path)
         findings: list[Finding] = []
@@ -178,8 +200,41 @@ def check_paths(
         ConfigurationError: a path does not exist or a code in ``select``/``ignore`` is unknown.
     """
     selection = Selection.from_options(select, ignore)
-    files = list(iter_python_files(paths))
-    findings: list[Finding] = []
-    for path in files:
-        findings.extend(check_file(path, selection))
+    findings, _ = lint_files(list(iter_python_files(paths)), selection)
     return findings
+
+
+def process_file(path: Path, selection: Selection | None = None, fix: bool = False) -> tuple[list[Finding], int]:
+    """Lint one file, first applying safe fixes in place when ``fix``; return findings and fix count."""
+    fixed = 0
+    if fix:
+        from ampkit.lint.fix import fix_file
+
+        fixed = fix_file(path, selection)
+    return check_file(path, selection), fixed
+
+
+def _process(job: tuple[Path, Selection | None, bool]) -> tuple[list[Finding], int]:
+    return process_file(*job)
+
+
+def lint_files(
+    files: Sequence[Path], selection: Selection | None = None, fix: bool = False, jobs: int | None = None
+) -> tuple[list[Finding], int]:
+    """Lint many files, in worker processes when there are enough of them to pay off.
+
+    Returns all findings (in file order) and the number of fixes applied.
+    """
+    cpus = os.cpu_count() or 1
+    workers = jobs if jobs is not None else (min(cpus, 8) if cpus >= 4 else 1)
+    jobs_list = [(path, selection, fix) for path in files]
+    if workers > 1 and len(files) >= _PARALLEL_MIN_FILES:
+        try:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                results = list(pool.map(_process, jobs_list, chunksize=64))
+        except (OSError, BrokenProcessPool):
+            results = [_process(job) for job in jobs_list]
+    else:
+        results = [_process(job) for job in jobs_list]
+    findings = [f for found, _ in results for f in found]
+    return findings, sum(count for _, count in results)

@@ -62,6 +62,8 @@ def noqa_map(text: str) -> dict[int, frozenset[str] | None]:
     when the text cannot be tokenized, a plain line scan is used instead.
     """
     result: dict[int, frozenset[str] | None] = {}
+    if "noqa" not in text.lower():
+        return result
     comments: list[tuple[int, str]] = []
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):

@@ -97,10 +97,10 @@ class DeprecatedAmpApi(Rule):
         edits = _Edits(analysis)
         imports = analysis.facts.imports
         handled: dict[int, int] = {}
-        for node in ast.walk(analysis.tree):
+        for node in analysis.nodes:
             if isinstance(node, (ast.ImportFrom, ast.Import)):
                 yield from self._import(analysis, edits, node, handled)
-        for node in ast.walk(analysis.tree):
+        for node in analysis.nodes:
             if not isinstance(node, ast.Call):
                 continue
             qual = imports.qualname(node.func) or ""
@@ -187,12 +187,8 @@ class DeprecatedAmpApi(Rule):
         if any(api not in (None, *_NAMES) for _, api in bound.values()) or "*" in bound:
             return None
         uses: list[tuple[ast.Call, str, str]] = []
-        calls = {id(n.func): n for n in ast.walk(analysis.tree) if isinstance(n, ast.Call)}
-        parents: dict[int, ast.AST] = {}
-        for parent in ast.walk(analysis.tree):
-            for child in ast.iter_child_nodes(parent):
-                parents[id(child)] = parent
-        for name_node in ast.walk(analysis.tree):
+        calls = {id(n.func): n for n in analysis.nodes if isinstance(n, ast.Call)}
+        for name_node in analysis.nodes:
             if not (isinstance(name_node, ast.Name) and name_node.id in bound):
                 continue
             if not isinstance(name_node.ctx, ast.Load):
@@ -200,7 +196,7 @@ class DeprecatedAmpApi(Rule):
             device, api = bound[name_node.id]
             func: ast.AST = name_node
             if api is None:
-                attr = parents.get(id(name_node))
+                attr = analysis.parent(name_node)
                 if not isinstance(attr, ast.Attribute) or attr.attr not in _NAMES:
                     return None
                 func, api = attr, attr.attr

@@ -194,7 +194,7 @@ class FloatSixteenOnCpu(Rule):
     summary = 'float16 autocast on device_type="cpu" (very slow on most CPUs; use bfloat16).'
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        for node in ast.walk(analysis.tree):
+        for node in analysis.nodes:
             if isinstance(node, ast.Call):
                 info = analysis.facts.resolver.autocast(node)
                 if info is not None and info.device == "cpu" and info.dtype == FP16 and not info.disabled:

@@ -328,7 +328,7 @@ def _loss_divided(analysis: FileAnalysis, loss: ast.expr | None) -> bool:
 
 
 def _method(analysis: FileAnalysis, name: str) -> ast.AST | None:
-    for node in ast.walk(analysis.tree):
+    for node in analysis.nodes:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return node
     return None
