@@ -244,7 +244,9 @@ class FlowBuilder:
         obj = dotted_key(recv)
         first = call.args[0] if call.args else None
         arg = (dotted_key(first) or ast.unparse(first)) if first is not None else None
-        if attr == "backward":
+        if obj == "self" and attr in self.methods:
+            self._inline(self.methods[attr], ctx)
+        elif attr == "backward":
             if call.args:
                 self._emit("backward", call, ctx, obj=obj, framework=True, loss=call.args[0])
             else:
@@ -269,8 +271,6 @@ class FlowBuilder:
             self._emit("state_dict", call, ctx, obj=obj, target=target)
         elif attr in ("half", "bfloat16", "float", "to", "type"):
             self._cast(call, attr, obj, ctx, target)
-        elif obj == "self" and attr in self.methods:
-            self._inline(self.methods[attr], ctx)
 
     def _cast(self, call: ast.Call, attr: str, obj: str | None, ctx: Context, target: str | None) -> None:
         if attr in ("half", "bfloat16") and not call.args:
