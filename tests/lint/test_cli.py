@@ -80,7 +80,9 @@ def test_json_format(project: Path) -> None:
 
 
 def test_json_has_fix_when_one_exists(tmp_path: Path) -> None:
-    (tmp_path / "a.py").write_text("import torch\ns = torch.cuda.amp.GradScaler()\n", encoding="utf-8")
+    (tmp_path / "a.py").write_text(
+        "import torch\ns = torch.cuda.amp.GradScaler()\n", encoding="utf-8"
+    )
     _, out = run(str(tmp_path), "--format", "json")
     (item,) = json.loads(out)
     assert item["code"] == "AMP006" and item["fix"]["edits"]
@@ -120,7 +122,9 @@ def test_exit_zero(project: Path) -> None:
     assert code == 0 and "AMP001" in out
 
 
-@pytest.mark.parametrize("marker", ["# ampkit: noqa", "# ampkit: noqa: AMP001", "#ampkit:noqa:AMP002,AMP001"])
+@pytest.mark.parametrize(
+    "marker", ["# ampkit: noqa", "# ampkit: noqa: AMP001", "#ampkit:noqa:AMP002,AMP001"]
+)
 def test_noqa_suppresses(marker: str) -> None:
     text = BAD.replace("1.0)\n", f"1.0)  {marker}\n")
     assert [f.code for f in check_source(text)] == []

@@ -48,10 +48,15 @@ def test_unsafe_import_is_reported_without_fix() -> None:
 
 def test_cli_fix_rewrites_file_and_keeps_crlf(tmp_path: Path) -> None:
     target = tmp_path / "train.py"
-    target.write_bytes(b"import torch\r\nscaler = torch.cuda.amp.GradScaler()\r\nx = 1  # untouched\r\n")
+    target.write_bytes(
+        b"import torch\r\nscaler = torch.cuda.amp.GradScaler()\r\nx = 1  # untouched\r\n"
+    )
     result = CliRunner().invoke(lint, [str(target), "--fix"])
     assert result.exit_code == 0, result.output
-    assert target.read_bytes() == b'import torch\r\nscaler = torch.amp.GradScaler("cuda")\r\nx = 1  # untouched\r\n'
+    assert (
+        target.read_bytes()
+        == b'import torch\r\nscaler = torch.amp.GradScaler("cuda")\r\nx = 1  # untouched\r\n'
+    )
     again = CliRunner().invoke(lint, [str(target), "--fix"])
     assert again.exit_code == 0
     assert target.read_bytes().count(b'"cuda"') == 1

@@ -49,7 +49,10 @@ def test_token_soup_never_raises(tokens: list[str]) -> None:
 @_SETTINGS
 @given(
     st.sampled_from(SOURCES),
-    st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 40), st.sampled_from(TOKENS + [""])), max_size=6),
+    st.lists(
+        st.tuples(st.integers(0, 5000), st.integers(0, 40), st.sampled_from(TOKENS + [""])),
+        max_size=6,
+    ),
 )
 def test_mutated_scripts_never_raise(source: str, edits: list[tuple[int, int, str]]) -> None:
     text = source

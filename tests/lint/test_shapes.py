@@ -121,7 +121,10 @@ def test_step_without_update_anywhere_in_method() -> None:
     ],
 )
 def test_framework_shapes_are_clean(body: str) -> None:
-    text = "import torch\nscaler = torch.amp.GradScaler('cuda')\nfor x in data:\n" + textwrap.indent(body, "    ")
+    text = (
+        "import torch\nscaler = torch.amp.GradScaler('cuda')\nfor x in data:\n"
+        + textwrap.indent(body, "    ")
+    )
     assert codes(text) == []
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import click
 
 from ampkit.errors import AmpkitError
@@ -32,9 +31,23 @@ def _explain(code: str) -> None:
     show_default=True,
     help="Output format.",
 )
-@click.option("--select", multiple=True, metavar="CODES", help="Only these codes (comma-separated, prefixes ok).")
-@click.option("--ignore", multiple=True, metavar="CODES", help="Skip these codes (comma-separated, prefixes ok).")
-@click.option("--fix", is_flag=True, help="Rewrite what is safe to rewrite (deprecated API), then report the rest.")
+@click.option(
+    "--select",
+    multiple=True,
+    metavar="CODES",
+    help="Only these codes (comma-separated, prefixes ok).",
+)
+@click.option(
+    "--ignore",
+    multiple=True,
+    metavar="CODES",
+    help="Skip these codes (comma-separated, prefixes ok).",
+)
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Rewrite what is safe to rewrite (deprecated API), then report the rest.",
+)
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when findings fail the run.")
 @click.option("--explain", metavar="CODE", help="Print the documentation of one rule and exit.")
 @click.pass_context
@@ -74,7 +87,9 @@ def lint(
     ctx.exit(0 if exit_zero or not failed else 1)
 
 
-def _run(paths: tuple[str, ...], fmt: str, select: tuple[str, ...], ignore: tuple[str, ...], fix: bool) -> bool:
+def _run(
+    paths: tuple[str, ...], fmt: str, select: tuple[str, ...], ignore: tuple[str, ...], fix: bool
+) -> bool:
     from ampkit.lint.report import format_findings
     from ampkit.lint.runner import Selection, iter_python_files, lint_files
 

@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 
 from ampkit.lint.findings import Finding, Fix, Severity
 from ampkit.lint.flow import Event, FlowBuilder
-from ampkit.lint.names import AutocastInfo, Imports, Resolver, dotted_key, is_optimizer_name, is_scaler_name
+from ampkit.lint.names import (
+    AutocastInfo,
+    Imports,
+    Resolver,
+    dotted_key,
+    is_optimizer_name,
+    is_scaler_name,
+)
 from ampkit.lint.source import SourceText
 
 __all__ = ["FileAnalysis", "FileFacts", "Unit"]
@@ -51,19 +58,19 @@ class FileFacts:
         for node in self.nodes:
             if isinstance(node, ast.Assign):
                 for target in node.targets:
-                    for name in ast.walk(target):
-                        if isinstance(name, ast.Name):
-                            counts[name.id] += 1
-                            values[name.id] = node.value
+                    for named in ast.walk(target):
+                        if isinstance(named, ast.Name):
+                            counts[named.id] += 1
+                            values[named.id] = node.value
             elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
                 if isinstance(node.target, ast.Name):
                     counts[node.target.id] += 1
                     if node.value is not None:
                         values[node.target.id] = node.value
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                for name in ast.walk(node.target):
-                    if isinstance(name, ast.Name):
-                        counts[name.id] += 2
+                for bound in ast.walk(node.target):
+                    if isinstance(bound, ast.Name):
+                        counts[bound.id] += 2
             elif isinstance(node, ast.arg):
                 counts[node.arg] += 2
         for name, count in counts.items():
@@ -138,9 +145,13 @@ class FileFacts:
         if key is not None and key in self.scaled_keys:
             return True
         for sub in ast.walk(node):
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
-                if sub.func.attr == "scale" and self.is_scaler(dotted_key(sub.func.value)):
-                    return True
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr == "scale"
+                and self.is_scaler(dotted_key(sub.func.value))
+            ):
+                return True
         return False
 
 
@@ -187,7 +198,9 @@ class FileAnalysis:
                 methods: dict[str, FunctionNode] = {}
                 if cls is not None:
                     methods = {
-                        m.name: m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        m.name: m
+                        for m in cls.body
+                        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
                     }
                 events = FlowBuilder(self.facts, methods).build(node.body, node)
                 self.units.append(Unit(node, events, cls, id(cls) if cls is not None else 0))
@@ -206,5 +219,7 @@ class FileAnalysis:
         self, code: str, severity: Severity, node: ast.AST, message: str, fix: Fix | None = None
     ) -> Finding:
         """A finding located at ``node``."""
-        line, column = self.source.position(getattr(node, "lineno", 1), getattr(node, "col_offset", 0))
+        line, column = self.source.position(
+            getattr(node, "lineno", 1), getattr(node, "col_offset", 0)
+        )
         return Finding(self.path, line, column, code, severity, message, fix)

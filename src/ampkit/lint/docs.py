@@ -84,7 +84,9 @@ def rules_markdown() -> str:
     parts = [_HEADER]
     for rule in rules:
         summary = rule.summary.replace("|", "\\|")
-        parts.append(f"| [{rule.code}](#{rule.code.lower()}) | {rule.severity.value} | `{rule.name}` | {summary} |\n")
+        parts.append(
+            f"| [{rule.code}](#{rule.code.lower()}) | {rule.severity.value} | `{rule.name}` | {summary} |\n"
+        )
     for rule in rules:
         parts.append(f"\n### {rule.code}\n\n")
         parts.append(f"`{rule.name}`, severity **{rule.severity.value}**. {rule.summary}\n\n")

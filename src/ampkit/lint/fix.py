@@ -43,10 +43,12 @@ def apply_fixes(text: str, findings: Iterable[Finding]) -> tuple[str, int]:
 def _overlaps(a: Edit, b: Edit) -> bool:
     if a.start == a.end == b.start == b.end:
         return True
-    return a.start < b.end and b.start < a.end
+    return bool(a.start < b.end and b.start < a.end)
 
 
-def fix_source(text: str, path: str = "<string>", selection: Selection | None = None) -> tuple[str, int]:
+def fix_source(
+    text: str, path: str = "<string>", selection: Selection | None = None
+) -> tuple[str, int]:
     """Rewrite everything safely fixable in ``text``; return the new text and the fix count."""
     total = 0
     for _ in range(_MAX_ROUNDS):

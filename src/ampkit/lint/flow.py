@@ -102,9 +102,13 @@ def modulo_divisor(test: ast.expr) -> str | None:
 
 def _continue_guard(stmt: ast.stmt) -> str | None:
     """``n`` when ``stmt`` is ``if (i + 1) % n != 0: continue``."""
-    if isinstance(stmt, ast.If) and not stmt.orelse and stmt.body:
-        if isinstance(stmt.body[-1], ast.Continue):
-            return modulo_divisor(stmt.test)
+    if (
+        isinstance(stmt, ast.If)
+        and not stmt.orelse
+        and stmt.body
+        and isinstance(stmt.body[-1], ast.Continue)
+    ):
+        return modulo_divisor(stmt.test)
     return None
 
 
@@ -117,16 +121,22 @@ def _calls_in(node: ast.AST) -> list[ast.Call]:
         if isinstance(cur, ast.Call):
             found.append(cur)
         for child in ast.iter_child_nodes(cur):
-            if not isinstance(child, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if not isinstance(
+                child, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+            ):
                 stack.append(child)
-    found.sort(key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0, -(c.lineno or 0), -c.col_offset))
+    found.sort(
+        key=lambda c: (c.end_lineno or 0, c.end_col_offset or 0, -(c.lineno or 0), -c.col_offset)
+    )
     return found
 
 
 class FlowBuilder:
     """Builds the event list of one unit; see the module docstring."""
 
-    def __init__(self, facts: FileFacts, methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]) -> None:
+    def __init__(
+        self, facts: FileFacts, methods: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+    ) -> None:
         self.facts = facts
         self.methods = methods
         self.events: list[Event] = []
@@ -272,7 +282,10 @@ class FlowBuilder:
         elif attr in ("half", "bfloat16", "float", "to", "type"):
             self._cast(call, attr, obj, ctx, target)
 
-    def _cast(self, call: ast.Call, attr: str, obj: str | None, ctx: Context, target: str | None) -> None:
+    def _cast(
+        self, call: ast.Call, attr: str, obj: str | None, ctx: Context, target: str | None
+    ) -> None:
+        dtype: str | None
         if attr in ("half", "bfloat16") and not call.args:
             dtype = "float16" if attr == "half" else "bfloat16"
         elif attr == "float" and not call.args:
@@ -302,18 +315,25 @@ def _uses_get_scale(call: ast.Call) -> bool:
     """Whether a clip call's arguments use ``scaler.get_scale()`` (clipping at a scaled norm)."""
     for arg in [*call.args, *(kw.value for kw in call.keywords)]:
         for node in ast.walk(arg):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                if node.func.attr in ("get_scale", "_get_scale_async"):
-                    return True
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get_scale", "_get_scale_async")
+            ):
+                return True
     return False
 
 
 def _scaled_operand(node: ast.expr, facts: FileFacts) -> ast.expr:
     """The loss inside ``scaler.scale(loss)`` (or the variable holding a scaled loss)."""
     for sub in ast.walk(node):
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "scale":
-            if sub.args:
-                return sub.args[0]
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "scale"
+            and sub.args
+        ):
+            return sub.args[0]
     return node
 
 

@@ -72,7 +72,9 @@ DTYPES: dict[str, str] = {
 DEFAULT_DTYPE: dict[str, str] = {"cuda": FP16, "mps": FP16, "cpu": BF16, "xpu": BF16, "hpu": BF16}
 
 _SCALER_RE = re.compile(r"scaler", re.IGNORECASE)
-_OPTIM_RE = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?(_|$|\d)|optimi[sz]er", re.IGNORECASE)
+_OPTIM_RE = re.compile(
+    r"(^|_)(opt|optim|optimizer|optimiser)s?(_|$|\d)|optimi[sz]er", re.IGNORECASE
+)
 
 
 def dotted_key(node: ast.AST) -> str | None:
@@ -143,7 +145,9 @@ def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
     for kw in call.keywords:
         if kw.arg == name:
             return kw.value
-    if index < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: index + 1]):
+    if index < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[: index + 1]
+    ):
         return call.args[index]
     return None
 

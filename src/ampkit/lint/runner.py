@@ -48,7 +48,9 @@ class Selection:
     codes: frozenset[str]
 
     @classmethod
-    def from_options(cls, select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> Selection:
+    def from_options(
+        cls, select: Iterable[str] | None = None, ignore: Iterable[str] | None = None
+    ) -> Selection:
         """Build a selection from ``--select``/``--ignore`` values (comma-separated allowed).
 
         Raises:
@@ -88,7 +90,9 @@ _RELEVANT = re.compile(
 
 
 def _syntax_finding(path: str, exc: BaseException, line: int = 1, column: int = 1) -> Finding:
-    return Finding(path, max(line, 1), max(column, 1), "AMP000", Severity.ERROR, f"file not checked: {exc}")
+    return Finding(
+        path, max(line, 1), max(column, 1), "AMP000", Severity.ERROR, f"file not checked: {exc}"
+    )
 
 
 def analyse(text: str, path: str = "<string>") -> tuple[list[Finding], FileAnalysis | None]:
@@ -101,7 +105,9 @@ def analyse(text: str, path: str = "<string>") -> tuple[list[Finding], FileAnaly
         message = f"syntax error: {exc.msg}"
         return [_syntax_finding(path, Exception(message), exc.lineno or 1, exc.offset or 1)], None
     except (ValueError, RecursionError, MemoryError) as exc:
-        return [_syntax_finding(path, Exception(f"cannot parse: {type(exc).__name__}: {exc}"))], None
+        return [
+            _syntax_finding(path, Exception(f"cannot parse: {type(exc).__name__}: {exc}"))
+        ], None
     if not _RELEVANT.search(text):
         return [], None
     try:
@@ -128,7 +134,9 @@ def _filter(findings: Iterable[Finding], text: str, selection: Selection | None)
     return sorted(kept.values(), key=lambda f: f.sort_key)
 
 
-def check_source(text: str, path: str = "<string>", selection: Selection | None = None) -> list[Finding]:
+def check_source(
+    text: str, path: str = "<string>", selection: Selection | None = None
+) -> list[Finding]:
     """Lint one Python source text and return its findings sorted by position.
 
     Never raises for bad input: a text that does not parse is one ``AMP000`` finding.
@@ -156,7 +164,9 @@ def read_source(path: Path) -> tuple[str, str]:
     return data.decode(encoding), encoding
 
 
-def check_file(path: Path, selection: Selection | None = None, display: str | None = None) -> list[Finding]:
+def check_file(
+    path: Path, selection: Selection | None = None, display: str | None = None
+) -> list[Finding]:
     """Lint one file; unreadable or undecodable files are one ``AMP000`` finding."""
     name = display or str(path)
     try:
@@ -179,7 +189,9 @@ def iter_python_files(paths: Sequence[str | os.PathLike[str]]) -> Iterator[Path]
             yield path
         elif path.is_dir():
             for root, dirs, files in os.walk(path):
-                dirs[:] = sorted(d for d in dirs if d not in EXCLUDED_DIRS and not d.startswith("."))
+                dirs[:] = sorted(
+                    d for d in dirs if d not in EXCLUDED_DIRS and not d.startswith(".")
+                )
                 for name in sorted(files):
                     if name.endswith(".py"):
                         yield Path(root) / name
@@ -204,7 +216,9 @@ def check_paths(
     return findings
 
 
-def process_file(path: Path, selection: Selection | None = None, fix: bool = False) -> tuple[list[Finding], int]:
+def process_file(
+    path: Path, selection: Selection | None = None, fix: bool = False
+) -> tuple[list[Finding], int]:
     """Lint one file, first applying safe fixes in place when ``fix``; return findings and fix count."""
     fixed = 0
     if fix:
@@ -219,7 +233,10 @@ def _process(job: tuple[Path, Selection | None, bool]) -> tuple[list[Finding], i
 
 
 def lint_files(
-    files: Sequence[Path], selection: Selection | None = None, fix: bool = False, jobs: int | None = None
+    files: Sequence[Path],
+    selection: Selection | None = None,
+    fix: bool = False,
+    jobs: int | None = None,
 ) -> tuple[list[Finding], int]:
     """Lint many files, in worker processes when there are enough of them to pay off.
 

@@ -8,7 +8,9 @@ import tokenize
 
 __all__ = ["SourceText", "noqa_map"]
 
-_NOQA = re.compile(r"#\s*ampkit:\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:\s*,\s*[A-Za-z]+\d+)*))?", re.IGNORECASE)
+_NOQA = re.compile(
+    r"#\s*ampkit:\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:\s*,\s*[A-Za-z]+\d+)*))?", re.IGNORECASE
+)
 
 
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")

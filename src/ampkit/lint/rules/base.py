@@ -32,7 +32,9 @@ class Rule:
         """Yield the findings of this rule in one analysed file."""
         return iter(())
 
-    def finding(self, analysis: FileAnalysis, node: object, message: str, fix: object = None) -> Finding:
+    def finding(
+        self, analysis: FileAnalysis, node: object, message: str, fix: object = None
+    ) -> Finding:
         """A finding of this rule at ``node``."""
         return analysis.finding(self.code, self.severity, node, message, fix)  # type: ignore[arg-type]
 
@@ -40,13 +42,17 @@ class Rule:
     def explain(cls) -> str:
         """The text ``ampkit lint --explain CODE`` prints."""
         head = f"{cls.code} {cls.name} ({cls.severity.value})"
-        return f"{head}\n{'=' * len(head)}\n\n{cls.summary}\n\n{inspect.cleandoc(cls.__doc__ or '')}\n"
+        return (
+            f"{head}\n{'=' * len(head)}\n\n{cls.summary}\n\n{inspect.cleandoc(cls.__doc__ or '')}\n"
+        )
 
 
 def register(cls: type[Rule]) -> type[Rule]:
     """Class decorator adding a rule to :data:`RULES` (codes must be unique)."""
     if cls.code in RULES:
-        raise ValueError(f"duplicate rule code {cls.code}: {RULES[cls.code].__name__} and {cls.__name__}")
+        raise ValueError(
+            f"duplicate rule code {cls.code}: {RULES[cls.code].__name__} and {cls.__name__}"
+        )
     RULES[cls.code] = cls
     return cls
 

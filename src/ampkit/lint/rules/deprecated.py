@@ -41,7 +41,9 @@ class _Edits:
 
     def call_args(self, call: ast.Call, device: str, api: str) -> list[Edit] | None:
         """Edits adding ``"cuda"`` as first argument (and naming old positional autocast args)."""
-        if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        if any(isinstance(a, ast.Starred) for a in call.args) or any(
+            k.arg is None for k in call.keywords
+        ):
             return None
         items: list[ast.AST] = [*call.args, *call.keywords]
         if not items:
@@ -56,7 +58,7 @@ class _Edits:
         if api == "autocast":
             if len(call.args) > len(_AUTOCAST_POSITIONAL):
                 return None
-            for name, arg in zip(_AUTOCAST_POSITIONAL, call.args):
+            for name, arg in zip(_AUTOCAST_POSITIONAL, call.args, strict=False):
                 if arg is first:
                     edits[0] = self.insert_before(first, f'"{device}", {name}=')
                 else:
@@ -91,7 +93,9 @@ class DeprecatedAmpApi(Rule):
     code = "AMP006"
     name = "deprecated-amp-api"
     severity = Severity.WARNING
-    summary = "Deprecated torch.cuda.amp.autocast/GradScaler or torch.cpu.amp.autocast; use torch.amp."
+    summary = (
+        "Deprecated torch.cuda.amp.autocast/GradScaler or torch.cpu.amp.autocast; use torch.amp."
+    )
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         edits = _Edits(analysis)
@@ -121,7 +125,9 @@ class DeprecatedAmpApi(Rule):
         if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)):
             return None
         amp = func.value
-        if not (amp.attr == "amp" and isinstance(amp.value, ast.Attribute) and amp.value.attr == device):
+        if not (
+            amp.attr == "amp" and isinstance(amp.value, ast.Attribute) and amp.value.attr == device
+        ):
             return None
         root = amp.value.value
         if dotted_key(root) is None:
@@ -130,10 +136,16 @@ class DeprecatedAmpApi(Rule):
         if arg_edits is None:
             return None
         new_func = f"{ast.unparse(root)}.amp.{api}"
-        return Fix(f'use torch.amp.{api}("{device}", ...)', (edits.replace(func, new_func), *arg_edits))
+        return Fix(
+            f'use torch.amp.{api}("{device}", ...)', (edits.replace(func, new_func), *arg_edits)
+        )
 
     def _import(
-        self, analysis: FileAnalysis, edits: _Edits, node: ast.Import | ast.ImportFrom, handled: dict[int, int]
+        self,
+        analysis: FileAnalysis,
+        edits: _Edits,
+        node: ast.Import | ast.ImportFrom,
+        handled: dict[int, int],
     ) -> Iterator[Finding]:
         """Report ``from torch.cuda.amp import X`` and ``from torch.cuda import amp`` style imports."""
         bound: dict[str, tuple[str, str | None]] = {}  # local name -> (device, api or None=module)
@@ -149,7 +161,10 @@ class DeprecatedAmpApi(Rule):
                 if not any(a.name == "amp" for a in node.names):
                     return
                 for alias in node.names:
-                    bound[alias.asname or alias.name] = (device, None if alias.name == "amp" else "?")
+                    bound[alias.asname or alias.name] = (
+                        device,
+                        None if alias.name == "amp" else "?",
+                    )
                 pattern = re.escape(node.module).replace(r"\.", r"\s*\.\s*")
                 new_module = "torch"
             else:
@@ -170,7 +185,11 @@ class DeprecatedAmpApi(Rule):
         fix_edits = self._import_fix(analysis, edits, node, bound, pattern, new_module, handled)
         names = ", ".join(sorted(k for k, (_, api) in bound.items() if api != "?"))
         message = f"import of {names} from the deprecated torch.{next(iter(bound.values()))[0]}.amp; use torch.amp"
-        fix = Fix("import from torch.amp and pass the device type", tuple(fix_edits)) if fix_edits else None
+        fix = (
+            Fix("import from torch.amp and pass the device type", tuple(fix_edits))
+            if fix_edits
+            else None
+        )
         yield self.finding(analysis, node, message, fix)
 
     def _import_fix(

@@ -58,7 +58,9 @@ class FloatSixteenWithoutScaler(Rule):
     code = "AMP002"
     name = "fp16-without-scaler"
     severity = Severity.ERROR
-    summary = "float16 autocast used for training (a backward follows) with no GradScaler in the step."
+    summary = (
+        "float16 autocast used for training (a backward follows) with no GradScaler in the step."
+    )
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         if analysis.facts.any_scaler or analysis.facts.scaler_keys:
@@ -155,7 +157,11 @@ class ScalerWithBfloat16(Rule):
             regions = unit.of("autocast")
             if not regions or any(_info(a).dtype != BF16 for a in regions):
                 continue
-            used = unit.of("scale") + [b for b in unit.of("backward") if b.scaled] + unit.of("scaler_step")
+            used = (
+                unit.of("scale")
+                + [b for b in unit.of("backward") if b.scaled]
+                + unit.of("scaler_step")
+            )
             if not used:
                 continue
             keys = {e.obj for e in used if e.obj is not None}
@@ -197,9 +203,16 @@ class FloatSixteenOnCpu(Rule):
         for node in analysis.nodes:
             if isinstance(node, ast.Call):
                 info = analysis.facts.resolver.autocast(node)
-                if info is not None and info.device == "cpu" and info.dtype == FP16 and not info.disabled:
+                if (
+                    info is not None
+                    and info.device == "cpu"
+                    and info.dtype == FP16
+                    and not info.disabled
+                ):
                     yield self.finding(
-                        analysis, node, "float16 autocast on the CPU is slow on most CPUs; use dtype=torch.bfloat16"
+                        analysis,
+                        node,
+                        "float16 autocast on the CPU is slow on most CPUs; use dtype=torch.bfloat16",
                     )
 
 
@@ -234,25 +247,36 @@ class BackwardInsideAutocast(Rule):
             for b in unit.of("backward"):
                 if b.ctx.autocast is not None and not b.ctx.inlined and not b.framework:
                     yield self.finding(
-                        analysis, b.node, "backward() inside the autocast block; end the block after the loss"
+                        analysis,
+                        b.node,
+                        "backward() inside the autocast block; end the block after the loss",
                     )
 
 
 def _saved_models(unit: Unit, save: Event) -> set[str]:
     """Model keys whose ``state_dict()`` is (directly or through a variable) saved by ``save``."""
     models: set[str] = set()
-    held = {e.target: e.obj for e in unit.of("state_dict") if e.target and e.obj and e.order < save.order}
+    held = {
+        e.target: e.obj
+        for e in unit.of("state_dict")
+        if e.target and e.obj and e.order < save.order
+    }
     call = save.node
     if not isinstance(call, ast.Call) or not call.args:
         return models
     for sub in ast.walk(call.args[0]):
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "state_dict":
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "state_dict"
+        ):
             key = dotted_key(sub.func.value)
             if key is not None:
                 models.add(key)
         key = dotted_key(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else None
-        if key in held and held[key] is not None:
-            models.add(held[key])  # type: ignore[arg-type]
+        model = held.get(key) if key is not None else None
+        if model is not None:
+            models.add(model)
     return models
 
 

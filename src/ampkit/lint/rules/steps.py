@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
@@ -16,7 +15,6 @@ __all__ = [
     "DoubleUnscale",
     "OptimizerStepBypassesScaler",
     "ScalerStepWithoutUpdate",
-    "UndividedAccumulatedLoss",
     "ZeroGradBeforeScalerStep",
 ]
 
@@ -37,9 +35,12 @@ def _scaled_backwards(unit: Unit) -> list[Event]:
 def _current_backward(unit: Unit, event: Event) -> Event | None:
     """The last scaled backward of the step ``event`` belongs to (no step/update in between)."""
     for b in reversed(_scaled_backwards(unit)):
-        if b.order < event.order and not exclusive(b, event):
-            if not _between(unit, b, event, "scaler_step", "scaler_update"):
-                return b
+        if (
+            b.order < event.order
+            and not exclusive(b, event)
+            and not _between(unit, b, event, "scaler_step", "scaler_update")
+        ):
+            return b
     return None
 
 
@@ -94,7 +95,9 @@ class ClipScaledGradients(Rule):
     @staticmethod
     def _class_shaped(analysis: FileAnalysis, unit: Unit, clip: Event) -> bool:
         """Backward in another method/function, step here, no ``unscale_`` anywhere."""
-        steps_after = [s for s in unit.of("scaler_step") if s.order > clip.order and not exclusive(s, clip)]
+        steps_after = [
+            s for s in unit.of("scaler_step") if s.order > clip.order and not exclusive(s, clip)
+        ]
         if not steps_after or any(e for e in unit.of("backward") if e.order < clip.order):
             return False
         group = unit.group
@@ -196,7 +199,9 @@ class OptimizerStepBypassesScaler(Rule):
                 )
                 if b is None:
                     continue
-                others = [s for s in unit.of("scaler_step") if not exclusive(s, o) and s.arg != o.obj]
+                others = [
+                    s for s in unit.of("scaler_step") if not exclusive(s, o) and s.arg != o.obj
+                ]
                 if others:
                     continue
                 yield self.finding(
@@ -250,7 +255,9 @@ class ScalerStepWithoutUpdate(Rule):
                 elif updates or anywhere:
                     continue
                 yield self.finding(
-                    analysis, s.node, f"{s.obj}.step() without {s.obj}.update() in the same loop iteration"
+                    analysis,
+                    s.node,
+                    f"{s.obj}.step() without {s.obj}.update() in the same loop iteration",
                 )
 
 
@@ -287,7 +294,11 @@ class DoubleUnscale(Rule):
             calls = unit.of("unscale")
             for i, second in enumerate(calls):
                 for first in calls[:i]:
-                    if first.obj != second.obj or first.arg != second.arg or exclusive(first, second):
+                    if (
+                        first.obj != second.obj
+                        or first.arg != second.arg
+                        or exclusive(first, second)
+                    ):
                         continue
                     if first.node is second.node or _between(unit, first, second, "scaler_update"):
                         continue
@@ -298,91 +309,6 @@ class DoubleUnscale(Rule):
                         "(raises RuntimeError)",
                     )
                     break
-
-
-def _has_division(node: ast.AST) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, (ast.BinOp, ast.AugAssign)) and isinstance(sub.op, (ast.Div, ast.Mult)):
-            return True
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
-            if sub.func.attr in ("div", "div_", "mul", "mul_", "true_divide"):
-                return True
-    return False
-
-
-def _loss_divided(analysis: FileAnalysis, loss: ast.expr | None) -> bool:
-    """Whether the loss (or any assignment to its variable) divides or scales it."""
-    if loss is None or _has_division(loss):
-        return True
-    key = ast.unparse(loss)
-    for value in analysis.facts.assignments.get(key, []):
-        if _has_division(value):
-            return True
-        if isinstance(value, ast.Call):
-            func = value.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            callee = analysis.facts.functions.get(name) or _method(analysis, name)
-            if callee is not None and _has_division(callee):
-                return True
-    return False
-
-
-def _method(analysis: FileAnalysis, name: str) -> ast.AST | None:
-    for node in analysis.nodes:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            return node
-    return None
-
-
-@register
-class UndividedAccumulatedLoss(Rule):
-    """Gradient accumulation where the loss is not divided by the number of micro-steps.
-
-    Gradients of ``n`` backward passes add up. Without ``loss / n`` the effective learning
-    rate is ``n`` times larger than with one big batch, and with fp16 the summed, scaled
-    gradients overflow ``n`` times sooner (more skipped steps).
-
-    Bad::
-
-        for i, (x, y) in enumerate(loader):
-            loss = loss_fn(model(x), y)
-            scaler.scale(loss).backward()
-            if (i + 1) % accum_steps == 0:
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad()
-
-    Good::
-
-        for i, (x, y) in enumerate(loader):
-            loss = loss_fn(model(x), y) / accum_steps
-            scaler.scale(loss).backward()
-            if (i + 1) % accum_steps == 0:
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad()
-    """
-
-    code = "AMP011"
-    name = "undivided-accumulated-loss"
-    severity = Severity.WARNING
-    summary = "Gradient accumulation (stepping every N iterations) with a loss not divided by N."
-
-    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        for unit in analysis.units:
-            steps = [s for s in unit.of("scaler_step", "opt_step") if s.ctx.accum and s.loops]
-            for b in unit.of("backward"):
-                if b.framework or b.ctx.accum or not b.loops:
-                    continue
-                step = next((s for s in steps if s.loops[-1] == b.loops[-1] and not exclusive(s, b)), None)
-                if step is None or _loss_divided(analysis, b.loss):
-                    continue
-                yield self.finding(
-                    analysis,
-                    b.node,
-                    f"gradients are accumulated over {step.ctx.accum} iterations but the loss is not "
-                    f"divided by {step.ctx.accum}",
-                )
 
 
 @register
@@ -410,7 +336,9 @@ class ZeroGradBeforeScalerStep(Rule):
     code = "AMP014"
     name = "zero-grad-before-scaler-step"
     severity = Severity.ERROR
-    summary = "optimizer.zero_grad() between the scaled backward and scaler.step (gradients discarded)."
+    summary = (
+        "optimizer.zero_grad() between the scaled backward and scaler.step (gradients discarded)."
+    )
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
