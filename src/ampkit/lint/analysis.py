@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ampkit.lint.findings import Finding, Fix, Severity
-from ampkit.lint.flow import Event, FlowBuilder
+from ampkit.lint.flow import INTERESTING_ATTRS, Event, FlowBuilder
 from ampkit.lint.names import (
     AutocastInfo,
     Imports,
@@ -28,6 +28,7 @@ from ampkit.lint.source import SourceText
 __all__ = ["FileAnalysis", "FileFacts", "Unit"]
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
+CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
 
 
 class FileFacts:
@@ -45,6 +46,7 @@ class FileFacts:
         self.functions: dict[str, FunctionNode] = {}
         self.any_scaler_update = False
         self.any_scaler = False
+        self._interesting: set[int] | None = None
         for stmt in tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[stmt.name] = stmt
@@ -130,6 +132,48 @@ class FileFacts:
             self.any_scaler_update = True
         if func.attr in ("scale", "unscale_") and self.is_scaler(obj):
             self.any_scaler = True
+
+    def is_interesting(self, fn: FunctionNode) -> bool:
+        """Whether following a call into ``fn`` can add events (it makes AMP-relevant calls,
+        opens a ``with`` block, or calls a function of this file that does)."""
+        if self._interesting is None:
+            self._interesting = self._find_interesting()
+        return id(fn) in self._interesting
+
+    def _find_interesting(self) -> set[int]:
+        direct: set[int] = set()
+        calls: dict[int, set[str]] = {}
+        functions = [n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        by_name: dict[str, list[int]] = defaultdict(list)
+        for fn in functions:
+            by_name[fn.name].append(id(fn))
+            names: set[str] = set()
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                names.add(name)
+                if name in INTERESTING_ATTRS or name in CLIP_NAMES:
+                    direct.add(id(fn))
+                elif name in ("step", "update") and isinstance(func, ast.Attribute):
+                    obj = dotted_key(func.value)
+                    if self.is_scaler(obj) or (name == "step" and self.is_optimizer(obj)):
+                        direct.add(id(fn))
+                elif self.resolver.autocast(node) is not None:
+                    direct.add(id(fn))
+            calls[id(fn)] = names
+        interesting = set(direct)
+        changed = True
+        while changed:
+            changed = False
+            for fn in functions:
+                if id(fn) in interesting:
+                    continue
+                if any(i in interesting for name in calls[id(fn)] for i in by_name.get(name, ())):
+                    interesting.add(id(fn))
+                    changed = True
+        return interesting
 
     def is_scaler(self, key: str | None) -> bool:
         """Whether ``key`` holds a GradScaler (constructed here, or named like one)."""

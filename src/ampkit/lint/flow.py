@@ -28,6 +28,13 @@ _AMP_WORDS = re.compile(
     r"(^|[^a-z])amp|scaler|fp16|half|mixed|precision|autocast|float16", re.IGNORECASE
 )
 _MAX_INLINE_DEPTH = 4
+_MAX_INLINES_PER_UNIT = 200
+#: Method names whose calls make a function worth following from its callers
+#: (``step``/``update`` only count on scaler- or optimizer-like objects).
+INTERESTING_ATTRS = frozenset(
+    {"backward", "manual_backward", "scale", "unscale_", "zero_grad", "clip_grad_norm_",
+     "clip_grad_value_"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,33 @@ def modulo_divisor(test: ast.expr) -> str | None:
     return None
 
 
+def _word(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return ""
+
+
+_TEST_CACHE: dict[int, tuple[ast.expr, tuple[str, int, str | None, bool]]] = {}
+
+
+def _describe_test(test: ast.expr) -> tuple[str, int, str | None, bool]:
+    """Key and flip bit of a condition, its accumulation divisor, whether it mentions AMP."""
+    cached = _TEST_CACHE.get(id(test))
+    if cached is not None and cached[0] is test:
+        return cached[1]
+    text, flip = _normalise_test(test)
+    words = " ".join(_word(n) for n in ast.walk(test))
+    described = (text, flip, modulo_divisor(test), bool(_AMP_WORDS.search(" " + words)))
+    if len(_TEST_CACHE) > 4096:
+        _TEST_CACHE.clear()
+    _TEST_CACHE[id(test)] = (test, described)
+    return described
+
+
 def _continue_guard(stmt: ast.stmt) -> str | None:
     """``n`` when ``stmt`` is ``if (i + 1) % n != 0: continue``."""
     if (
@@ -141,6 +175,7 @@ class FlowBuilder:
         self.methods = methods
         self.events: list[Event] = []
         self._stack: list[ast.AST] = []
+        self._inlines = 0
 
     def build(self, body: list[ast.stmt], owner: ast.AST | None = None) -> list[Event]:
         """Walk ``body`` (the unit's statements) and return its events in order."""
@@ -172,9 +207,8 @@ class FlowBuilder:
             self._block(stmt.orelse, ctx)
         elif isinstance(stmt, ast.If):
             self._exprs(stmt.test, ctx)
-            text, flip = _normalise_test(stmt.test)
-            divisor = modulo_divisor(stmt.test)
-            amp = ctx.amp_conditional or bool(_AMP_WORDS.search(ast.unparse(stmt.test)))
+            text, flip, divisor, amp_test = _describe_test(stmt.test)
+            amp = ctx.amp_conditional or amp_test
             for arm, body in ((0, stmt.body), (1, stmt.orelse)):
                 sub = replace(
                     ctx,
@@ -304,6 +338,9 @@ class FlowBuilder:
     def _inline(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, ctx: Context) -> None:
         if fn in self._stack or len(self._stack) >= _MAX_INLINE_DEPTH:
             return
+        if self._inlines >= _MAX_INLINES_PER_UNIT or not self.facts.is_interesting(fn):
+            return
+        self._inlines += 1
         self._stack.append(fn)
         try:
             self._block(fn.body, replace(ctx, inlined=True))

@@ -64,7 +64,7 @@ def noqa_map(text: str) -> dict[int, frozenset[str] | None]:
     when the text cannot be tokenized, a plain line scan is used instead.
     """
     result: dict[int, frozenset[str] | None] = {}
-    if "noqa" not in text.lower():
+    if _NOQA.search(text) is None:
         return result
     comments: list[tuple[int, str]] = []
     try:
