@@ -122,3 +122,13 @@ def test_linter_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=src)
+
+
+def test_worker_processes_give_the_same_findings(tmp_path: Path) -> None:
+    from ampkit.lint.runner import iter_python_files, lint_files
+
+    _generated_tree(tmp_path, 320)
+    files = list(iter_python_files([tmp_path]))
+    serial, _ = lint_files(files, jobs=1)
+    parallel, _ = lint_files(files, jobs=2)
+    assert parallel == serial and serial

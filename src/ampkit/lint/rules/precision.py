@@ -90,6 +90,9 @@ class CastInsideAutocastLoop(Rule):
     to low precision (losing the fp32 ops autocast protects), and casting every iteration
     costs a copy.
 
+    A cast inside a branch that chooses the precision mode (``if use_fp16:``) is taken as
+    deliberate and not reported.
+
     Bad::
 
         for x, y in loader:
@@ -112,7 +115,7 @@ class CastInsideAutocastLoop(Rule):
         for unit in analysis.units:
             regions = unit.of("autocast")
             for cast in unit.of("cast"):
-                if not cast.loops:
+                if not cast.loops or cast.ctx.amp_conditional:
                     continue
                 loops = set(cast.loops)
                 if cast.ctx.autocast is not None or any(loops & set(a.loops) for a in regions):
