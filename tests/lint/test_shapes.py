@@ -212,3 +212,43 @@ def test_recursive_helpers_terminate() -> None:
     a()
     """
     assert codes(text) == []
+
+
+def test_scaler_parameter_recognised_by_annotation() -> None:
+    text = """
+    import torch
+    from torch.amp import GradScaler
+
+    def step(gs: GradScaler, model, optimizer, loss):
+        gs.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        gs.step(optimizer)
+        gs.update()
+    """
+    assert codes(text) == ["AMP001"]
+
+
+def test_custom_loss_scaler_object_means_no_amp002() -> None:
+    text = """
+    import torch
+    loss_scaler = NativeScaler()
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(x)
+    if loss_scaler is not None:
+        loss_scaler(loss, optimizer)
+    else:
+        loss.backward()
+        optimizer.step()
+    """
+    assert codes(text) == []
+
+
+def test_default_path_is_current_folder(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from click.testing import CliRunner
+
+    from ampkit.cli.lint_cmd import lint
+
+    (tmp_path / "t.py").write_text("import torch\ns = torch.cuda.amp.GradScaler()\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(lint, [])
+    assert result.exit_code == 1 and "t.py:2:5: AMP006" in result.output

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from ampkit.lint.findings import Finding, Fix, Severity
 from ampkit.lint.flow import INTERESTING_ATTRS, Event, FlowBuilder
 from ampkit.lint.names import (
+    SCALER_APIS,
     AutocastInfo,
     Imports,
     Resolver,
@@ -29,6 +30,14 @@ __all__ = ["FileAnalysis", "FileFacts", "Unit"]
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
+
+
+def _parse_annotation(text: str) -> ast.expr | None:
+    """The expression of a string annotation (``"torch.amp.GradScaler"``), if it parses."""
+    try:
+        return ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
 
 class FileFacts:
@@ -46,6 +55,7 @@ class FileFacts:
         self.functions: dict[str, FunctionNode] = {}
         self.any_scaler_update = False
         self.any_scaler = False
+        self.scaler_named = False
         self._interesting: set[int] | None = None
         for stmt in tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -92,6 +102,16 @@ class FileFacts:
                     self.assignments[key].append(node)  # type: ignore[arg-type]
             elif isinstance(node, ast.Call):
                 self._note_call(node)
+            elif isinstance(node, ast.arg) and node.annotation is not None:
+                annotation = node.annotation
+                if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+                    annotation = _parse_annotation(annotation.value)
+                if annotation is not None and self.imports.qualname(annotation) in SCALER_APIS:
+                    self.scaler_keys.setdefault(node.arg, None)
+            elif isinstance(node, ast.Name) and is_scaler_name(node.id):
+                self.scaler_named = True
+            elif isinstance(node, ast.Attribute) and is_scaler_name(node.attr):
+                self.scaler_named = True
 
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):

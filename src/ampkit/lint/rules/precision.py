@@ -63,7 +63,8 @@ class FloatSixteenWithoutScaler(Rule):
     )
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        if analysis.facts.any_scaler or analysis.facts.scaler_keys:
+        facts = analysis.facts
+        if facts.any_scaler or facts.scaler_keys or facts.scaler_named:
             return
         for unit in analysis.units:
             if unit.of(*_SCALER_KINDS) or any(b.scaled for b in unit.of("backward")):
