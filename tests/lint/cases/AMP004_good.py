@@ -11,3 +11,21 @@ for x, y in loader:
     scaler.update()
     scheduler.step()
     optimizer.zero_grad()
+
+
+class Trainer:
+    def __init__(self, fp16):
+        self.scaler = torch.amp.GradScaler("cuda") if fp16 else None
+
+    def backward(self, loss):
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
+
+    def step(self):
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()

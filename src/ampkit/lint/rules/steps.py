@@ -147,13 +147,33 @@ class BackwardUnscaledLoss(Rule):
                         continue
                     if _between(unit, b, s, "opt_step", "scaler_update", "scaler_step"):
                         continue
-                    yield self.finding(
-                        analysis,
-                        b.node,
-                        f"backward on an unscaled loss, but the step goes through {s.obj}.step(); "
-                        f"use {s.obj}.scale(loss).backward()",
-                    )
+                    yield self._report(analysis, b, s.obj)
                     break
+                else:
+                    if not steps and self._class_shaped(analysis, unit, b):
+                        yield self._report(analysis, b, None)
+
+    def _report(self, analysis: FileAnalysis, b: Event, scaler: str | None) -> Finding:
+        name = scaler or "scaler"
+        return self.finding(
+            analysis,
+            b.node,
+            f"backward on an unscaled loss, but the step goes through {name}.step(); "
+            f"use {name}.scale(loss).backward()",
+        )
+
+    @staticmethod
+    def _class_shaped(analysis: FileAnalysis, unit: Unit, b: Event) -> bool:
+        """Backward here, ``scaler.step`` in another method of the class, nothing ever scaled."""
+        if unit.cls is None or unit.of("opt_step"):
+            return False
+        group = unit.group
+        backwards = analysis.group_events(group, "backward")
+        return (
+            bool(analysis.group_events(group, "scaler_step"))
+            and not analysis.group_events(group, "scale", "opt_step")
+            and not any(e.scaled or e.ctx.amp_conditional for e in backwards)
+        )
 
 
 @register
@@ -198,18 +218,33 @@ class OptimizerStepBypassesScaler(Rule):
                     None,
                 )
                 if b is None:
+                    if self._class_shaped(analysis, unit, o):
+                        yield self._report(analysis, o)
                     continue
                 others = [
                     s for s in unit.of("scaler_step") if not exclusive(s, o) and s.arg != o.obj
                 ]
                 if others:
                     continue
-                yield self.finding(
-                    analysis,
-                    o.node,
-                    f"{o.obj}.step() after a scaled backward skips the GradScaler inf/NaN check; "
-                    f"use scaler.step({o.obj})",
-                )
+                yield self._report(analysis, o)
+
+    def _report(self, analysis: FileAnalysis, o: Event) -> Finding:
+        return self.finding(
+            analysis,
+            o.node,
+            f"{o.obj}.step() after a scaled backward skips the GradScaler inf/NaN check; "
+            f"use scaler.step({o.obj})",
+        )
+
+    @staticmethod
+    def _class_shaped(analysis: FileAnalysis, unit: Unit, o: Event) -> bool:
+        """Step here, scaled backward in another method of the class, no ``scaler.step`` at all."""
+        if unit.cls is None or unit.of("backward"):
+            return False
+        group = unit.group
+        return any(e.scaled for e in analysis.group_events(group, "backward")) and not (
+            analysis.group_events(group, "scaler_step")
+        )
 
 
 @register
