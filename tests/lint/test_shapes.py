@@ -248,7 +248,9 @@ def test_default_path_is_current_folder(tmp_path, monkeypatch) -> None:  # type:
 
     from ampkit.cli.lint_cmd import lint
 
-    (tmp_path / "t.py").write_text("import torch\ns = torch.cuda.amp.GradScaler()\n", encoding="utf-8")
+    (tmp_path / "t.py").write_text(
+        "import torch\ns = torch.cuda.amp.GradScaler()\n", encoding="utf-8"
+    )
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(lint, [])
     assert result.exit_code == 1 and "t.py:2:5: AMP006" in result.output

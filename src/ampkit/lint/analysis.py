@@ -108,9 +108,12 @@ class FileFacts:
                     annotation = _parse_annotation(annotation.value)
                 if annotation is not None and self.imports.qualname(annotation) in SCALER_APIS:
                     self.scaler_keys.setdefault(node.arg, None)
-            elif isinstance(node, ast.Name) and is_scaler_name(node.id):
-                self.scaler_named = True
-            elif isinstance(node, ast.Attribute) and is_scaler_name(node.attr):
+            elif (
+                isinstance(node, ast.Name)
+                and is_scaler_name(node.id)
+                or isinstance(node, ast.Attribute)
+                and is_scaler_name(node.attr)
+            ):
                 self.scaler_named = True
 
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
@@ -163,7 +166,9 @@ class FileFacts:
     def _find_interesting(self) -> set[int]:
         direct: set[int] = set()
         calls: dict[int, set[str]] = {}
-        functions = [n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        functions = [
+            n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
         by_name: dict[str, list[int]] = defaultdict(list)
         for fn in functions:
             by_name[fn.name].append(id(fn))
