@@ -103,7 +103,7 @@ class FileFacts:
             elif isinstance(node, ast.Call):
                 self._note_call(node)
             elif isinstance(node, ast.arg) and node.annotation is not None:
-                annotation = node.annotation
+                annotation: ast.expr | None = node.annotation
                 if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
                     annotation = _parse_annotation(annotation.value)
                 if annotation is not None and self.imports.qualname(annotation) in SCALER_APIS:
