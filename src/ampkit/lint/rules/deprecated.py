@@ -42,7 +42,7 @@ class _Edits:
     def call_args(self, call: ast.Call, device: str, api: str) -> list[Edit] | None:
         """Edits adding ``"cuda"`` as first argument (and naming old positional autocast args)."""
         if any(isinstance(a, ast.Starred) for a in call.args) or any(
-            k.arg is None for k in call.keywords
+            k.arg in (None, "device", "device_type") for k in call.keywords
         ):
             return None
         items: list[ast.AST] = [*call.args, *call.keywords]
@@ -64,6 +64,23 @@ class _Edits:
                 else:
                     edits.append(self.insert_before(arg, f"{name}="))
         return edits
+
+
+def _bindings(analysis: FileAnalysis, name: str) -> int:
+    """How many statements bind ``name`` (imports, assignments, defs, parameters)."""
+    count = 0
+    for node in analysis.nodes:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            count += sum(
+                1 for a in node.names if (a.asname or a.name.split(".", 1)[0]) == name
+            )
+        elif isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
+            count += 1
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            count += node.name == name
+        elif isinstance(node, ast.arg):
+            count += node.arg == name
+    return count
 
 
 @register
@@ -204,6 +221,8 @@ class DeprecatedAmpApi(Rule):
     ) -> list[Edit] | None:
         """Edits for the import and every use of the names it binds, or ``None`` when unsafe."""
         if any(api not in (None, *_NAMES) for _, api in bound.values()) or "*" in bound:
+            return None
+        if any(_bindings(analysis, name) != 1 for name in bound):
             return None
         uses: list[tuple[ast.Call, str, str]] = []
         calls = {id(n.func): n for n in analysis.nodes if isinstance(n, ast.Call)}
