@@ -161,7 +161,17 @@ def test_explain() -> None:
     code, out = run("--explain", "amp001")
     assert code == 0
     assert "AMP001" in out and "Bad::" in out and "Good::" in out
-    assert run("--explain", "AMP999")[0] == 2
+    code, out = run("--explain", "AMP999")
+    assert code == 2 and len(out.strip().splitlines()) == 1 and "AMP001" in out
+
+
+def test_check_source_docstring_example() -> None:
+    import doctest
+
+    import ampkit.lint.runner as runner
+
+    result = doctest.testmod(runner)
+    assert result.attempted >= 1 and result.failed == 0
 
 
 def test_help_has_example() -> None:

@@ -10,13 +10,13 @@ __all__ = ["lint"]
 
 
 def _explain(code: str) -> None:
+    from ampkit.errors import ConfigurationError
     from ampkit.lint.rules import RULES
 
     rule = RULES.get(code.strip().upper())
     if rule is None:
-        raise click.BadParameter(
-            f"unknown rule code {code!r}; known codes are {', '.join(sorted(RULES))}",
-            param_hint="--explain",
+        raise ConfigurationError(
+            f"unknown rule code {code!r} for --explain; known codes are {', '.join(sorted(RULES))}"
         )
     click.echo(rule.explain())
 
@@ -75,10 +75,10 @@ def lint(
       ampkit lint . --format sarif > lint.sarif
       ampkit lint --explain AMP001            # rationale and examples of a rule
     """
-    if explain is not None:
-        _explain(explain)
-        return
     try:
+        if explain is not None:
+            _explain(explain)
+            return
         failed = _run(paths or (".",), fmt, select, ignore, fix)
     except AmpkitError as exc:
         click.echo(f"ampkit: error: {exc}", err=True)
