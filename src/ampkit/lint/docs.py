@@ -37,11 +37,28 @@ $ ampkit lint --explain AMP001
 
 ## pre-commit
 
+The repository ships a hook definition (`.pre-commit-hooks.yaml`, hooks `ampkit-lint` and
+`ampkit-lint-fix`). Point `repo` at wherever you get ampkit from:
+
 ```yaml
-- repo: https://github.com/ampkit/ampkit
-  rev: v0.1.0
-  hooks:
-    - id: ampkit-lint
+repos:
+  - repo: <URL of the ampkit git repository>
+    rev: v0.1.0
+    hooks:
+      - id: ampkit-lint
+```
+
+or, with ampkit already installed in the environment:
+
+```yaml
+repos:
+  - repo: local
+    hooks:
+      - id: ampkit-lint
+        name: ampkit lint
+        entry: ampkit lint
+        language: system
+        types: [python]
 ```
 
 ## Rules

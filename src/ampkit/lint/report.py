@@ -14,7 +14,6 @@ __all__ = ["FORMATS", "format_findings"]
 _SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _SARIF_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 _GITHUB_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
-_DOCS = "https://github.com/ampkit/ampkit/blob/main/docs/lint.md"
 
 
 def format_text(findings: Sequence[Finding]) -> str:
@@ -40,7 +39,6 @@ def format_sarif(findings: Sequence[Finding]) -> str:
     index = {rule.code: i for i, rule in enumerate(rules)}
     driver = {
         "name": "ampkit-lint",
-        "informationUri": _DOCS,
         "version": _version(),
         "rules": [
             {
@@ -49,7 +47,6 @@ def format_sarif(findings: Sequence[Finding]) -> str:
                 "shortDescription": {"text": rule.summary},
                 "fullDescription": {"text": (rule.__doc__ or rule.summary).strip().splitlines()[0]},
                 "help": {"text": rule.explain()},
-                "helpUri": f"{_DOCS}#{rule.code.lower()}",
                 "defaultConfiguration": {"level": _SARIF_LEVEL[rule.severity]},
             }
             for rule in rules
