@@ -134,6 +134,11 @@ def _describe_test(test: ast.expr) -> tuple[str, int, str | None, bool]:
     return described
 
 
+def _terminates(stmts: list[ast.stmt]) -> bool:
+    """Whether a block ends by leaving (``continue``, ``break``, ``return``, ``raise``)."""
+    return bool(stmts) and isinstance(stmts[-1], (ast.Continue, ast.Break, ast.Return, ast.Raise))
+
+
 def _continue_guard(stmt: ast.stmt) -> str | None:
     """``n`` when ``stmt`` is ``if (i + 1) % n != 0: continue``."""
     if (
@@ -191,6 +196,17 @@ class FlowBuilder:
             divisor = _continue_guard(stmt)
             if divisor is not None:
                 ctx = replace(ctx, accum=divisor)
+            # Code after ``if c: ...; continue`` only runs when ``c`` is false: it sits in the
+            # other arm, so it never runs together with what the terminated arm did.
+            if isinstance(stmt, ast.If):
+                text, flip, _, _ = _describe_test(stmt.test)
+                if _terminates(stmt.body) and not _terminates(stmt.orelse):
+                    ctx = replace(ctx, arms=(*ctx.arms, (text, 1 ^ flip)))
+                elif _terminates(stmt.orelse) and not _terminates(stmt.body):
+                    ctx = replace(ctx, arms=(*ctx.arms, (text, flip)))
+            elif isinstance(stmt, ast.Try) and stmt.handlers:
+                if all(_terminates(h.body) for h in stmt.handlers):
+                    ctx = replace(ctx, arms=(*ctx.arms, (f"try{id(stmt)}", 0)))
 
     def _stmt(self, stmt: ast.stmt, ctx: Context) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -227,9 +243,10 @@ class FlowBuilder:
                     inner = replace(inner, autocast=info)
             self._block(stmt.body, inner)
         elif isinstance(stmt, ast.Try) or type(stmt).__name__ == "TryStar":
-            self._block(stmt.body, ctx)  # type: ignore[attr-defined]
-            for handler in stmt.handlers:  # type: ignore[attr-defined]
-                self._block(handler.body, ctx)
+            key = f"try{id(stmt)}"
+            self._block(stmt.body, replace(ctx, arms=(*ctx.arms, (key, 0))))  # type: ignore[attr-defined]
+            for index, handler in enumerate(stmt.handlers, start=1):  # type: ignore[attr-defined]
+                self._block(handler.body, replace(ctx, arms=(*ctx.arms, (key, index))))
             self._block(stmt.orelse, ctx)  # type: ignore[attr-defined]
             self._block(stmt.finalbody, ctx)  # type: ignore[attr-defined]
         elif isinstance(stmt, ast.Match):
@@ -287,7 +304,9 @@ class FlowBuilder:
         attr, recv = func.attr, func.value
         obj = dotted_key(recv)
         first = call.args[0] if call.args else None
-        arg = (dotted_key(first) or ast.unparse(first)) if first is not None else None
+        arg = None
+        if first is not None and attr in ("step", "unscale_"):
+            arg = dotted_key(first) or ast.unparse(first)
         if obj == "self" and attr in self.methods:
             self._inline(self.methods[attr], ctx)
         elif attr == "backward":

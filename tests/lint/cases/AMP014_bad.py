@@ -9,3 +9,11 @@ for x, y in loader:
     optimizer.zero_grad()  # expect: AMP014
     scaler.step(optimizer)
     scaler.update()
+
+
+def step(loss):
+    scaler.scale(loss).backward()
+    if not torch.isfinite(loss):
+        optimizer.zero_grad()  # expect: AMP014
+    scaler.step(optimizer)
+    scaler.update()
