@@ -168,7 +168,7 @@ def test_explain() -> None:
 def test_check_source_docstring_example() -> None:
     import doctest
 
-    import ampkit.lint.runner as runner
+    from ampkit.lint import runner
 
     result = doctest.testmod(runner)
     assert result.attempted >= 1 and result.failed == 0
@@ -200,3 +200,37 @@ def test_check_paths_selection_errors() -> None:
         Selection.from_options(["NOPE"])
     with pytest.raises(ConfigurationError):
         check_paths(["/definitely/not/here"])
+
+
+def test_diff_prints_fix_without_writing(tmp_path: Path) -> None:
+    target = tmp_path / "t.py"
+    text = "import torch\ns = torch.cuda.amp.GradScaler()\n"
+    target.write_text(text, encoding="utf-8")
+    code, out = run(str(target), "--diff")
+    assert code == 1
+    assert '+s = torch.amp.GradScaler("cuda")' in out and "-s = torch.cuda.amp.GradScaler()" in out
+    assert target.read_text(encoding="utf-8") == text
+    assert run(str(target), "--diff", "--fix")[0] == 2
+
+
+def test_exclude_option(project: Path) -> None:
+    assert run(str(project), "--exclude", "train.py")[0] == 0
+    assert run(str(project), "--exclude", "pkg")[0] == 0
+    assert run(str(project / "pkg" / "train.py"), "--exclude", "*/pkg/*")[0] == 0
+
+
+def test_pyproject_config(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(project)
+    (project / "pyproject.toml").write_text('[tool.ampkit.lint]\nignore = ["AMP001"]\n')
+    assert run("pkg")[0] == 0
+    assert run("pkg", "--isolated")[0] == 1
+    (project / "pyproject.toml").write_text('[tool.ampkit.lint]\nselect = ["AMP002"]\n')
+    assert run("pkg")[0] == 0
+    assert run("pkg", "--select", "AMP001")[0] == 1
+    (project / "pyproject.toml").write_text('[tool.ampkit.lint]\nexclude = ["pkg/train.py"]\n')
+    assert run("pkg")[0] == 0
+    (project / "pyproject.toml").write_text('[tool.ampkit.lint]\nselct = ["AMP002"]\n')
+    code, out = run("pkg")
+    assert code == 2 and "unknown key(s) selct" in out and "allowed keys are" in out
+    (project / "pyproject.toml").write_text("[tool.ampkit.lint\n")
+    assert run("pkg")[0] == 2

@@ -12,7 +12,9 @@ ODD = Finding("dir,x/a:b.py", 3, 7, "AMP001", Severity.ERROR, "50% of\nthe messa
 
 def test_github_escapes_properties_and_data() -> None:
     out = format_findings([ODD], "github")
-    assert out == "::error file=dir%2Cx/a%3Ab.py,line=3,col=7,title=AMP001::50%25 of%0Athe message\n"
+    assert (
+        out == "::error file=dir%2Cx/a%3Ab.py,line=3,col=7,title=AMP001::50%25 of%0Athe message\n"
+    )
 
 
 def test_github_levels() -> None:
@@ -35,7 +37,10 @@ def test_sarif_carries_fixes_and_levels() -> None:
     assert result["level"] == "warning"
     (fix,) = result["fixes"]
     replacements = fix["artifactChanges"][0]["replacements"]
-    assert {r["insertedContent"]["text"] for r in replacements} == {"torch.amp.GradScaler", '"cuda"'}
+    assert {r["insertedContent"]["text"] for r in replacements} == {
+        "torch.amp.GradScaler",
+        '"cuda"',
+    }
     rules = log["runs"][0]["tool"]["driver"]["rules"]
     info = next(r for r in rules if r["id"] == "AMP012")
     assert info["defaultConfiguration"]["level"] == "note"

@@ -204,9 +204,12 @@ class FlowBuilder:
                     ctx = replace(ctx, arms=(*ctx.arms, (text, 1 ^ flip)))
                 elif _terminates(stmt.orelse) and not _terminates(stmt.body):
                     ctx = replace(ctx, arms=(*ctx.arms, (text, flip)))
-            elif isinstance(stmt, ast.Try) and stmt.handlers:
-                if all(_terminates(h.body) for h in stmt.handlers):
-                    ctx = replace(ctx, arms=(*ctx.arms, (f"try{id(stmt)}", 0)))
+            elif (
+                isinstance(stmt, ast.Try)
+                and stmt.handlers
+                and all(_terminates(h.body) for h in stmt.handlers)
+            ):
+                ctx = replace(ctx, arms=(*ctx.arms, (f"try{id(stmt)}", 0)))
 
     def _stmt(self, stmt: ast.stmt, ctx: Context) -> None:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

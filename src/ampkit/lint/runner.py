@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import codecs
+import fnmatch
 import io
 import os
 import re
@@ -177,8 +178,24 @@ def check_file(
     return check_source(text, name, selection)
 
 
-def iter_python_files(paths: Sequence[str | os.PathLike[str]]) -> Iterator[Path]:
+def _excluded(path: Path, patterns: Sequence[str]) -> bool:
+    """Whether ``path`` (its name or its ``/``-separated path) matches an exclude pattern."""
+    if not patterns:
+        return False
+    text = path.as_posix()
+    return any(
+        fnmatch.fnmatch(path.name, p) or fnmatch.fnmatch(text, p) or fnmatch.fnmatch(text, f"*/{p}")
+        for p in patterns
+    )
+
+
+def iter_python_files(
+    paths: Sequence[str | os.PathLike[str]], exclude: Sequence[str] = ()
+) -> Iterator[Path]:
     """The files to lint: named files as given, folders searched for ``*.py`` (sorted).
+
+    ``exclude`` holds glob patterns (``legacy/*``, ``*_pb2.py``) matched against names and
+    paths; they apply to named files too, so pre-commit runs honour them.
 
     Raises:
         ConfigurationError: a path does not exist.
@@ -186,18 +203,25 @@ def iter_python_files(paths: Sequence[str | os.PathLike[str]]) -> Iterator[Path]
     for raw in paths:
         path = Path(raw)
         if path.is_file():
-            yield path
+            if not _excluded(path, exclude):
+                yield path
         elif path.is_dir():
             for root, dirs, files in os.walk(path):
+                base = Path(root)
                 dirs[:] = sorted(
-                    d for d in dirs if d not in EXCLUDED_DIRS and not d.startswith(".")
+                    d
+                    for d in dirs
+                    if d not in EXCLUDED_DIRS
+                    and not d.startswith(".")
+                    and not _excluded(base / d, exclude)
                 )
                 for name in sorted(files):
-                    if name.endswith(".py"):
-                        yield Path(root) / name
+                    if name.endswith(".py") and not _excluded(base / name, exclude):
+                        yield base / name
         else:
             raise ConfigurationError(
-                f"path {str(raw)!r} does not exist; pass existing .py files or folders to `ampkit lint`"
+                f"path {str(raw)!r} does not exist; "
+                "pass existing .py files or folders to `ampkit lint`"
             )
 
 
@@ -205,6 +229,7 @@ def check_paths(
     paths: Sequence[str | os.PathLike[str]],
     select: Iterable[str] | None = None,
     ignore: Iterable[str] | None = None,
+    exclude: Sequence[str] = (),
 ) -> list[Finding]:
     """Lint files and folders (recursing into ``*.py``) and return all findings.
 
@@ -212,7 +237,7 @@ def check_paths(
         ConfigurationError: a path does not exist or a code in ``select``/``ignore`` is unknown.
     """
     selection = Selection.from_options(select, ignore)
-    findings, _ = lint_files(list(iter_python_files(paths)), selection)
+    findings, _ = lint_files(list(iter_python_files(paths, exclude)), selection)
     return findings
 
 

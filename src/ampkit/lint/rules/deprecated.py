@@ -71,9 +71,7 @@ def _bindings(analysis: FileAnalysis, name: str) -> int:
     count = 0
     for node in analysis.nodes:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
-            count += sum(
-                1 for a in node.names if (a.asname or a.name.split(".", 1)[0]) == name
-            )
+            count += sum(1 for a in node.names if (a.asname or a.name.split(".", 1)[0]) == name)
         elif isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load):
             count += 1
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
