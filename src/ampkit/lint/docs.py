@@ -31,7 +31,17 @@ $ ampkit lint --explain AMP001
 * Exit status: 0 when no finding is a warning or error, 1 when one is, 2 on a usage error.
 * `--select` / `--ignore` take codes or prefixes (`AMP00`), comma-separated or repeated.
 * `# ampkit: noqa` silences every finding on its line, `# ampkit: noqa: AMP001,AMP006` only those.
-* `--fix` applies the safe rewrites (the deprecated API migration) and leaves the rest as is.
+* `--fix` applies the safe rewrites (the deprecated API migration) and leaves the rest as is;
+  `--diff` prints what `--fix` would change without writing.
+* `--exclude GLOB` skips matching files and folders (`.git`, `.venv`, `build`, ... always are).
+* Defaults live in the nearest `pyproject.toml` (`--isolated` ignores it):
+
+  ```toml
+  [tool.ampkit.lint]
+  select = ["AMP0"]        # codes or prefixes; --select replaces this
+  ignore = ["AMP012"]      # --ignore adds to this
+  exclude = ["legacy/*"]   # --exclude adds to this
+  ```
 * A file that does not parse is reported once as `AMP000`; the run goes on.
 * Python API: `ampkit.lint.check_source(text, path)` and `ampkit.lint.check_paths(paths)`.
 
