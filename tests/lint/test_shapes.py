@@ -254,3 +254,30 @@ def test_default_path_is_current_folder(tmp_path, monkeypatch) -> None:  # type:
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(lint, [])
     assert result.exit_code == 1 and "t.py:2:5: AMP006" in result.output
+
+
+def test_methods_inherited_from_a_base_class_in_the_file_are_followed() -> None:
+    text = """
+    import torch
+
+    class BaseTrainer:
+        def optimizer_step(self):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+    class Trainer(BaseTrainer):
+        def __init__(self):
+            self.scaler = torch.amp.GradScaler("cuda")
+
+        def fit(self, loader):
+            for batch in loader:
+                self.scaler.scale(self.model(batch)).backward()
+                self.optimizer_step()
+    """
+    assert codes(text) == ["AMP001"]
+
+
+def test_self_inheriting_class_names_terminate() -> None:
+    text = "class A(A):\n    def f(self):\n        self.f()\nclass B(C):\n    pass\nclass C(B):\n    pass\n"
+    assert codes(text) == []

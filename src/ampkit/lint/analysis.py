@@ -224,6 +224,22 @@ class FileFacts:
         return False
 
 
+def _methods(
+    cls: ast.ClassDef, classes: dict[str, ast.ClassDef], depth: int = 0
+) -> dict[str, FunctionNode]:
+    """Methods of ``cls``, including those inherited from base classes defined in the file."""
+    table: dict[str, FunctionNode] = {}
+    if depth < 4:
+        for base in reversed(cls.bases):
+            parent = classes.get(base.id) if isinstance(base, ast.Name) else None
+            if parent is not None and parent is not cls:
+                table.update(_methods(parent, classes, depth + 1))
+    for item in cls.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            table[item.name] = item
+    return table
+
+
 @dataclass
 class Unit:
     """A function, method or module body with its flow of events."""
@@ -256,21 +272,22 @@ class FileAnalysis:
         module_unit = Unit(self.tree, FlowBuilder(self.facts, {}).build(self.tree.body), None, 0)
         self.units.append(module_unit)
         owners: dict[int, ast.ClassDef] = {}
+        classes: dict[str, ast.ClassDef] = {}
         for node in self.nodes:
             if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, node)
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         owners[id(item)] = node
+        method_tables: dict[int, dict[str, FunctionNode]] = {}
         for node in self.nodes:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 cls = owners.get(id(node))
                 methods: dict[str, FunctionNode] = {}
                 if cls is not None:
-                    methods = {
-                        m.name: m
-                        for m in cls.body
-                        if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    }
+                    if id(cls) not in method_tables:
+                        method_tables[id(cls)] = _methods(cls, classes)
+                    methods = method_tables[id(cls)]
                 events = FlowBuilder(self.facts, methods).build(node.body, node)
                 self.units.append(Unit(node, events, cls, id(cls) if cls is not None else 0))
 
