@@ -132,3 +132,16 @@ def test_worker_processes_give_the_same_findings(tmp_path: Path) -> None:
     serial, _ = lint_files(files, jobs=1)
     parallel, _ = lint_files(files, jobs=2)
     assert parallel == serial and serial
+
+
+def test_linter_sources_never_import_torch() -> None:
+    import ast as _ast
+
+    src = Path(__file__).resolve().parents[2] / "src" / "ampkit"
+    files = [*sorted((src / "lint").rglob("*.py")), src / "cli" / "lint_cmd.py"]
+    for path in files:
+        for node in _ast.walk(_ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, _ast.Import):
+                assert not any(a.name.split(".")[0] == "torch" for a in node.names), path
+            elif isinstance(node, _ast.ImportFrom):
+                assert (node.module or "").split(".")[0] != "torch", path

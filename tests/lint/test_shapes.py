@@ -281,3 +281,20 @@ def test_methods_inherited_from_a_base_class_in_the_file_are_followed() -> None:
 def test_self_inheriting_class_names_terminate() -> None:
     text = "class A(A):\n    def f(self):\n        self.f()\nclass B(C):\n    pass\nclass C(B):\n    pass\n"
     assert codes(text) == []
+
+
+def test_ampkit_loss_scaler_is_a_scaler() -> None:
+    text = """
+    import torch
+    from ampkit import LossScaler
+
+    ls = LossScaler()
+    for x in data:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x)
+        ls.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        ls.step(optimizer)
+        ls.update()
+    """
+    assert codes(text) == ["AMP001"]

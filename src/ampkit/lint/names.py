@@ -46,6 +46,9 @@ SCALER_APIS = frozenset(
         "torch.cpu.amp.GradScaler",
         "torch.distributed.fsdp.ShardedGradScaler",
         "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+        # ampkit's own scaler has the GradScaler protocol (scale/unscale_/step/update)
+        "ampkit.LossScaler",
+        "ampkit.scaler.LossScaler",
     }
 )
 
