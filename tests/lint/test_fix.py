@@ -89,3 +89,50 @@ def test_fix_leaves_other_findings_alone(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "AMP001" in result.output and "AMP006" not in result.output
     assert "clip_grad_norm_(params, 1.0)" in target.read_text(encoding="utf-8")
+
+
+_IMPORTS = [
+    ("import torch\n", "torch.cuda.amp.autocast", "torch.cuda.amp.GradScaler"),
+    ("import torch as th\n", "th.cuda.amp.autocast", "th.cuda.amp.GradScaler"),
+    ("from torch.cuda.amp import autocast, GradScaler\n", "autocast", "GradScaler"),
+    ("from torch.cuda.amp import autocast as ac, GradScaler as GS\n", "ac", "GS"),
+    ("from torch.cuda import amp\n", "amp.autocast", "amp.GradScaler"),
+    ("import torch.cuda.amp as amp\n", "amp.autocast", "amp.GradScaler"),
+]
+_ARGS = [
+    "",
+    "True",
+    "False, torch.float16",
+    "enabled=use_amp",
+    "dtype=torch.float16",
+    "\n    enabled=True,  # c\n",
+]
+_SCALER_ARGS = ["", "init_scale=1024", "2.0**10, 2.0", "\n    enabled=use_amp,\n"]
+
+
+@pytest.mark.parametrize("header", _IMPORTS, ids=lambda h: h[0].strip())
+def test_generated_deprecated_calls_fix_to_valid_code(header: tuple[str, str, str]) -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    imp, autocast, scaler = header
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(st.sampled_from(_ARGS), st.sampled_from(_SCALER_ARGS)), min_size=1, max_size=3
+        )
+    )
+    def check(calls: list[tuple[str, str]]) -> None:
+        body = "".join(
+            f"s{i} = {scaler}({sargs})\nwith {autocast}({aargs}):\n    y = f(x)\n"
+            for i, (aargs, sargs) in enumerate(calls)
+        )
+        text = "import torch\n" + imp + body
+        fixed, _ = fix_source(text)
+        compile(fixed, "fixed.py", "exec", dont_inherit=True)
+        assert fix_source(fixed)[0] == fixed
+        assert [f for f in check_source(fixed) if f.code == "AMP006"] == []
+        assert fixed.count('"cuda"') == 2 * len(calls)
+
+    check()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import time
@@ -21,6 +22,8 @@ TOKENS = [
     "optimizer.zero_grad()", "torch.nn.utils.clip_grad_norm_(p, 1)", "model.half()", "\n", "\n    ",
     "torch.save(model.state_dict(), 'x')", "def f(self):", "class T:", "(", ")", ":", "=", "self.",
     "from torch.cuda.amp import autocast", "autocast(", "# ampkit: noqa", "'''", "\\", "é", "\t",
+    "torch.cuda.amp.autocast(", "torch.cuda.amp.GradScaler()", "import torch.cuda.amp as amp\n",
+    "amp.autocast()", "True, ", "dtype=torch.float16", "from torch.cuda import amp\n", "import torch\n",
 ]  # fmt: skip
 _SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -32,6 +35,9 @@ def _check(text: str) -> None:
         assert "internal" not in f.message
     fixed, _ = fix_source(text)
     assert isinstance(fixed, str)
+    if fixed != text:
+        # a fix never turns a parseable file into a broken one (only parseable files get fixes)
+        compile(fixed, "fixed.py", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
 
 
 @_SETTINGS
