@@ -11,7 +11,6 @@ import types
 from pathlib import Path
 
 import click
-import pytest
 
 _PKG = Path(__file__).resolve().parents[2] / "src" / "ampkit"
 _CLI = _PKG / "cli"
@@ -33,12 +32,3 @@ for _name in ("formats_cmd", "train_cmd"):
         _command = _name.removesuffix("_cmd")
         setattr(_module, _command, click.Command(_command, help="stand-in for tests"))
         sys.modules[f"ampkit.cli.{_name}"] = _module
-
-CASES = Path(__file__).parent / "cases"
-FIXES = Path(__file__).parent / "fixes"
-
-
-@pytest.fixture
-def cases_dir() -> Path:
-    """The folder of golden example scripts."""
-    return CASES

@@ -107,7 +107,8 @@ def test_two_thousand_files_lint_in_seconds(tmp_path: Path) -> None:
     findings = check_paths([tmp_path])
     elapsed = time.perf_counter() - start
     assert findings
-    assert elapsed < 20, f"linting 2000 files took {elapsed:.1f}s"
+    # about 4 s on an idle 2-core machine; the bound leaves room for a loaded CI runner
+    assert elapsed < 30, f"linting 2000 files took {elapsed:.1f}s"
 
 
 def test_two_hundred_files_quickly(tmp_path: Path) -> None:
