@@ -43,10 +43,12 @@ def main() -> None:
 
 def _register() -> None:
     from ampkit.cli.formats_cmd import formats
+    from ampkit.cli.lint_cmd import lint
     from ampkit.cli.train_cmd import train
 
     main.add_command(train)
     main.add_command(formats)
+    main.add_command(lint)
 
 
 _register()

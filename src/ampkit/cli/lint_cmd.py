@@ -1,0 +1,174 @@
+"""``ampkit lint``: find mixed-precision mistakes in PyTorch code without running it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from ampkit.errors import AmpkitError, ConfigurationError
+
+if TYPE_CHECKING:
+    from ampkit.lint.runner import Selection
+
+__all__ = ["lint"]
+
+
+def _explain(code: str) -> None:
+    from ampkit.lint.rules import RULES
+
+    rule = RULES.get(code.strip().upper())
+    if rule is None:
+        raise ConfigurationError(
+            f"unknown rule code {code!r} for --explain; known codes are {', '.join(sorted(RULES))}"
+        )
+    click.echo(rule.explain())
+
+
+@click.command("lint", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "sarif", "github"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+@click.option(
+    "--select",
+    multiple=True,
+    metavar="CODES",
+    help="Only these codes (comma-separated, prefixes ok).",
+)
+@click.option(
+    "--ignore",
+    multiple=True,
+    metavar="CODES",
+    help="Skip these codes (comma-separated, prefixes ok).",
+)
+@click.option(
+    "--exclude",
+    multiple=True,
+    metavar="GLOB",
+    help="Skip files and folders matching this pattern (repeatable).",
+)
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Rewrite what is safe to rewrite (deprecated API), then report the rest.",
+)
+@click.option("--diff", is_flag=True, help="Print what --fix would change; write nothing.")
+@click.option("--exit-zero", is_flag=True, help="Exit with 0 even when findings fail the run.")
+@click.option("--isolated", is_flag=True, help="Ignore [tool.ampkit.lint] in pyproject.toml.")
+@click.option("--explain", metavar="CODE", help="Print the documentation of one rule and exit.")
+@click.pass_context
+def lint(
+    ctx: click.Context,
+    paths: tuple[str, ...],
+    fmt: str,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    exclude: tuple[str, ...],
+    fix: bool,
+    diff: bool,
+    exit_zero: bool,
+    isolated: bool,
+    explain: str | None,
+) -> None:
+    """Check PATHS (files, or folders searched for *.py; default: .) for AMP mistakes.
+
+    Prints one line per finding, `path:line:col: CODE message`. Exit status: 0 when no
+    finding is a warning or error, 1 when one is, 2 on a usage error. Silence one line with
+    `# ampkit: noqa` or `# ampkit: noqa: AMP001`. Defaults for --select/--ignore/--exclude
+    come from [tool.ampkit.lint] in the nearest pyproject.toml.
+
+    \b
+    Examples:
+      ampkit lint train.py                    # one file
+      ampkit lint src/ --select AMP001,AMP002 # only these rules
+      ampkit lint . --fix                     # migrate torch.cuda.amp -> torch.amp
+      ampkit lint . --diff                    # show that migration without writing
+      ampkit lint . --format sarif > lint.sarif
+      ampkit lint --explain AMP001            # rationale and examples of a rule
+    """
+    try:
+        if explain is not None:
+            _explain(explain)
+            return
+        if fix and diff:
+            raise ConfigurationError("--fix and --diff cannot be combined; pass one of them")
+        failed = _run(paths or (".",), fmt, select, ignore, exclude, fix, diff, isolated)
+    except AmpkitError as exc:
+        click.echo(f"ampkit: error: {exc}", err=True)
+        ctx.exit(exc.exit_code)
+        return
+    ctx.exit(0 if exit_zero or not failed else 1)
+
+
+def _run(
+    paths: tuple[str, ...],
+    fmt: str,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    exclude: tuple[str, ...],
+    fix: bool,
+    diff: bool,
+    isolated: bool,
+) -> bool:
+    """Lint (and fix) the paths, print the report; return whether the run failed."""
+    from ampkit.lint.config import LintConfig, load_config
+    from ampkit.lint.report import format_findings
+    from ampkit.lint.runner import Selection, iter_python_files, lint_files
+
+    config = LintConfig() if isolated else load_config()
+    chosen = select if select else config.select
+    selection = Selection.from_options(chosen, (*config.ignore, *ignore))
+    files = list(iter_python_files(paths, (*config.exclude, *exclude)))
+    if diff:
+        return _diff(files, selection)
+    findings, fixed = lint_files(files, selection, fix=fix)
+    click.echo(format_findings(findings, fmt), nl=False)
+    if fmt == "text":
+        fixable = sum(1 for f in findings if f.fix is not None)
+        summary = f"Found {len(findings)} finding{'s' if len(findings) != 1 else ''}"
+        if fixed:
+            summary += f" ({fixed} fixed)"
+        if fixable:
+            summary += f"; {fixable} fixable with --fix"
+        if findings or fixed:
+            click.echo(summary + ".", err=True)
+    return any(f.severity.fails for f in findings)
+
+
+def _diff(files: list[Path], selection: Selection) -> bool:
+    """Print a unified diff of the safe fixes; return whether there is any."""
+    import difflib
+
+    from ampkit.lint.fix import fix_source
+    from ampkit.lint.runner import read_source
+
+    changed = 0
+    for path in files:
+        try:
+            text, _ = read_source(path)
+        except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
+            continue
+        new, _ = fix_source(text, str(path), selection)
+        if new != text:
+            changed += 1
+            click.echo(
+                "".join(
+                    difflib.unified_diff(
+                        text.splitlines(keepends=True),
+                        new.splitlines(keepends=True),
+                        fromfile=f"a/{path.as_posix()}",
+                        tofile=f"b/{path.as_posix()}",
+                    )
+                ),
+                nl=False,
+            )
+    if changed:
+        click.echo(f"Would fix {changed} file{'s' if changed != 1 else ''}.", err=True)
+    return bool(changed)

@@ -1,0 +1,238 @@
+"""Resolve names through imports and recognise the torch mixed-precision API in an AST.
+
+Everything here is static: the linter never imports torch. A name is resolved through the
+file's ``import`` statements (``import torch.cuda.amp as amp``, ``from torch.cuda.amp import
+GradScaler as Scaler``) to a dotted qualified name such as ``torch.cuda.amp.GradScaler``.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "BF16",
+    "FP16",
+    "AutocastInfo",
+    "Imports",
+    "dotted_key",
+    "is_optimizer_name",
+    "is_scaler_name",
+]
+
+FP16 = "float16"
+BF16 = "bfloat16"
+
+#: autocast entry points -> the device they imply (``None``: given as an argument).
+AUTOCAST_APIS: dict[str, str | None] = {
+    "torch.autocast": None,
+    "torch.amp.autocast": None,
+    "torch.amp.autocast_mode.autocast": None,
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+
+#: GradScaler constructors.
+SCALER_APIS = frozenset(
+    {
+        "torch.GradScaler",
+        "torch.amp.GradScaler",
+        "torch.amp.grad_scaler.GradScaler",
+        "torch.cuda.amp.GradScaler",
+        "torch.cuda.amp.grad_scaler.GradScaler",
+        "torch.cpu.amp.GradScaler",
+        "torch.distributed.fsdp.ShardedGradScaler",
+        "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+        # ampkit's own scaler has the GradScaler protocol (scale/unscale_/step/update)
+        "ampkit.LossScaler",
+        "ampkit.scaler.LossScaler",
+    }
+)
+
+CLIP_APIS = frozenset(
+    {
+        "torch.nn.utils.clip_grad_norm_",
+        "torch.nn.utils.clip_grad_value_",
+        "torch.nn.utils.clip_grad.clip_grad_norm_",
+        "torch.nn.utils.clip_grad.clip_grad_value_",
+    }
+)
+
+DTYPES: dict[str, str] = {
+    "torch.float16": FP16,
+    "torch.half": FP16,
+    "torch.bfloat16": BF16,
+    "torch.float32": "float32",
+    "torch.float": "float32",
+    "torch.float64": "float64",
+    "torch.double": "float64",
+}
+
+#: Default autocast dtype of ``torch.autocast(device_type)`` per device.
+DEFAULT_DTYPE: dict[str, str] = {"cuda": FP16, "mps": FP16, "cpu": BF16, "xpu": BF16, "hpu": BF16}
+
+_SCALER_RE = re.compile(r"scaler", re.IGNORECASE)
+_OPTIM_RE = re.compile(
+    r"(^|_)(opt|optim|optimizer|optimiser)s?(_|$|\d)|optimi[sz]er", re.IGNORECASE
+)
+
+
+def dotted_key(node: ast.AST) -> str | None:
+    """The textual key of a plain name or attribute chain (``self.scaler``), else ``None``."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = dotted_key(node.value)
+        return f"{base}.{node.attr}" if base is not None else None
+    return None
+
+
+def is_scaler_name(key: str | None) -> bool:
+    """Whether a variable name looks like it holds a loss scaler (``scaler``, ``self.grad_scaler``)."""
+    return key is not None and bool(_SCALER_RE.search(key.rsplit(".", 1)[-1]))
+
+
+def is_optimizer_name(key: str | None) -> bool:
+    """Whether a variable name looks like it holds an optimizer (``optimizer``, ``opt_d``)."""
+    if key is None:
+        return False
+    last = key.rsplit(".", 1)[-1]
+    return bool(_OPTIM_RE.search(last)) and "sched" not in last.lower()
+
+
+class Imports:
+    """The names a module binds through ``import`` statements, mapped to qualified names."""
+
+    def __init__(self, nodes: list[ast.AST]) -> None:
+        self.aliases: dict[str, str] = {}
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname:
+                        self.aliases[alias.asname] = alias.name
+                    else:
+                        root = alias.name.split(".", 1)[0]
+                        self.aliases[root] = root
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                for alias in node.names:
+                    if alias.name != "*":
+                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def qualname(self, node: ast.AST) -> str | None:
+        """The qualified name an expression refers to (``th.cuda.amp.autocast``), if known."""
+        if isinstance(node, ast.Name):
+            if node.id in self.aliases:
+                return self.aliases[node.id]
+            return "torch" if node.id == "torch" else None
+        if isinstance(node, ast.Attribute):
+            base = self.qualname(node.value)
+            return f"{base}.{node.attr}" if base is not None else None
+        return None
+
+
+@dataclass(frozen=True)
+class AutocastInfo:
+    """What an autocast call enables: device, dtype (``None`` when not static) and its API."""
+
+    node: ast.AST
+    api: str
+    device: str | None
+    dtype: str | None
+    disabled: bool = False
+
+
+def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    if index < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[: index + 1]
+    ):
+        return call.args[index]
+    return None
+
+
+class Resolver:
+    """Evaluates the few constant expressions the rules need: dtypes, devices, flags."""
+
+    def __init__(self, imports: Imports, constants: dict[str, ast.expr]) -> None:
+        self.imports = imports
+        self.constants = constants
+
+    def _follow(self, node: ast.expr | None, depth: int = 0) -> ast.expr | None:
+        while isinstance(node, ast.Name) and node.id in self.constants and depth < 5:
+            node = self.constants[node.id]
+            depth += 1
+        return node
+
+    def dtype(self, node: ast.expr | None) -> str | None:
+        """``float16``/``bfloat16``/... when ``node`` statically names a torch dtype."""
+        node = self._follow(node)
+        if node is None:
+            return None
+        name = self.imports.qualname(node)
+        return DTYPES.get(name) if name else None
+
+    def string(self, node: ast.expr | None) -> str | None:
+        """The value of a string constant (through single-assignment names)."""
+        node = self._follow(node)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return None
+
+    def is_false(self, node: ast.expr | None) -> bool:
+        """Whether ``node`` is the literal ``False``."""
+        node = self._follow(node)
+        return isinstance(node, ast.Constant) and node.value is False
+
+    def autocast(self, node: ast.AST) -> AutocastInfo | None:
+        """Describe ``node`` when it is an autocast call (``torch.autocast("cuda")``...)."""
+        if not isinstance(node, ast.Call):
+            return None
+        api = self.imports.qualname(node.func)
+        if api not in AUTOCAST_APIS:
+            return None
+        fixed = AUTOCAST_APIS[api]
+        if fixed is None:
+            device_node = _arg(node, 0, "device_type")
+            device = self.string(device_node)
+            if device is not None:
+                device = device.split(":", 1)[0]
+            dtype_node, enabled_node = _arg(node, 1, "dtype"), _arg(node, 2, "enabled")
+        else:
+            device = fixed
+            enabled_node, dtype_node = _arg(node, 0, "enabled"), _arg(node, 1, "dtype")
+        if dtype_node is None:
+            dtype = DEFAULT_DTYPE.get(device) if device else None
+        else:
+            dtype = self.dtype(dtype_node)
+        return AutocastInfo(node, api, device, dtype, self.is_false(enabled_node))
+
+    def find_autocast(self, node: ast.AST) -> AutocastInfo | None:
+        """The autocast call inside an expression such as ``autocast() if amp else nullcontext()``."""
+        if isinstance(node, ast.Call):
+            return self.autocast(node)
+        if isinstance(node, ast.IfExp):
+            return self.find_autocast(node.body) or self.find_autocast(node.orelse)
+        return None
+
+    def scaler_ctor(self, node: ast.AST) -> ast.Call | None:
+        """The GradScaler constructor call in ``node`` (also inside ``a if c else b``)."""
+        if isinstance(node, ast.Call) and self.imports.qualname(node.func) in SCALER_APIS:
+            return node
+        if isinstance(node, ast.IfExp):
+            return self.scaler_ctor(node.body) or self.scaler_ctor(node.orelse)
+        return None
+
+    def scaler_enabled(self, call: ast.Call) -> str:
+        """``"yes"``, ``"no"`` (literal ``enabled=False``) or ``"maybe"`` (an expression)."""
+        for kw in call.keywords:
+            if kw.arg == "enabled":
+                node = self._follow(kw.value)
+                if isinstance(node, ast.Constant):
+                    return "yes" if node.value else "no"
+                return "maybe"
+        return "yes"

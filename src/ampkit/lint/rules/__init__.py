@@ -1,0 +1,15 @@
+"""The rules of ``ampkit lint``, one class per code; :data:`RULES` maps code to rule class."""
+
+from __future__ import annotations
+
+from ampkit.lint.rules import accumulation, deprecated, precision, steps
+from ampkit.lint.rules.base import RULES, Rule, register
+
+__all__ = ["RULES", "Rule", "all_rules", "register"]
+
+_MODULES = (accumulation, deprecated, precision, steps)
+
+
+def all_rules() -> list[type[Rule]]:
+    """Every rule class, ordered by code."""
+    return [RULES[code] for code in sorted(RULES)]

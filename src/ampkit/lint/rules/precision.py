@@ -1,0 +1,329 @@
+"""Rules about autocast dtypes, devices and manual casts."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+from ampkit.lint.analysis import FileAnalysis, Unit
+from ampkit.lint.findings import Finding, Severity
+from ampkit.lint.flow import Event, exclusive
+from ampkit.lint.names import BF16, FP16, AutocastInfo, dotted_key
+from ampkit.lint.rules.base import Rule, register
+
+__all__ = [
+    "BackwardInsideAutocast",
+    "CastInsideAutocastLoop",
+    "FloatSixteenOnCpu",
+    "FloatSixteenWithoutScaler",
+    "HalfStateDictSaved",
+    "ScalerWithBfloat16",
+]
+
+_SCALER_KINDS = ("scale", "scaler_step", "scaler_update", "unscale", "scaler_new")
+
+
+def _info(event: Event) -> AutocastInfo:
+    info = event.extra["info"]
+    if not isinstance(info, AutocastInfo):
+        raise TypeError("autocast event without AutocastInfo")
+    return info
+
+
+@register
+class FloatSixteenWithoutScaler(Rule):
+    """float16 autocast used for training without a GradScaler.
+
+    fp16 has a smallest normal value of 6e-5; many gradients are smaller and flush to zero
+    in the backward pass unless the loss is first multiplied by a large scale. bfloat16 has
+    the range of fp32 and needs no scaler.
+
+    Bad::
+
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).loss
+        loss.backward()
+        optimizer.step()
+
+    Good::
+
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).loss
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    """
+
+    code = "AMP002"
+    name = "fp16-without-scaler"
+    severity = Severity.ERROR
+    summary = (
+        "float16 autocast used for training (a backward follows) with no GradScaler in the step."
+    )
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        facts = analysis.facts
+        if facts.any_scaler or facts.scaler_keys or facts.scaler_named:
+            return
+        for unit in analysis.units:
+            if unit.of(*_SCALER_KINDS) or any(b.scaled for b in unit.of("backward")):
+                continue
+            backwards = [b for b in unit.of("backward") if not b.framework]
+            for a in unit.of("autocast"):
+                if _info(a).dtype != FP16:
+                    continue
+                if any(b.order > a.order and not exclusive(a, b) for b in backwards):
+                    yield self.finding(
+                        analysis,
+                        a.node,
+                        "float16 autocast is used for training without a GradScaler; small gradients "
+                        "underflow to zero (add torch.amp.GradScaler or use bfloat16)",
+                    )
+
+
+@register
+class CastInsideAutocastLoop(Rule):
+    """Manual ``.half()`` / ``.bfloat16()`` / ``.to(float16)`` in a loop that uses autocast.
+
+    autocast already runs each op in the precision that is safe for it (matmuls in fp16,
+    softmax and reductions in fp32). Casting inputs or the model by hand forces everything
+    to low precision (losing the fp32 ops autocast protects), and casting every iteration
+    costs a copy.
+
+    A cast inside a branch that chooses the precision mode (``if use_fp16:``) is taken as
+    deliberate and not reported.
+
+    Bad::
+
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x.half()), y)
+
+    Good::
+
+        for x, y in loader:
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+    """
+
+    code = "AMP007"
+    name = "manual-cast-with-autocast"
+    severity = Severity.WARNING
+    summary = "Manual .half()/.bfloat16()/.to(float16) of inputs or model in a loop that also uses autocast."
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for unit in analysis.units:
+            regions = unit.of("autocast")
+            for cast in unit.of("cast"):
+                if not cast.loops or cast.ctx.amp_conditional:
+                    continue
+                loops = set(cast.loops)
+                if cast.ctx.autocast is not None or any(loops & set(a.loops) for a in regions):
+                    yield self.finding(
+                        analysis,
+                        cast.node,
+                        f"manual cast to {cast.dtype} inside a loop that uses autocast; "
+                        "let autocast choose the precision per op",
+                    )
+
+
+@register
+class ScalerWithBfloat16(Rule):
+    """A GradScaler combined with bfloat16 autocast.
+
+    bfloat16 has the exponent range of fp32, so gradients do not underflow and loss scaling
+    is not needed. The scaler adds an inf/NaN check and a multiply per step for nothing and
+    makes the code look like fp16 training.
+
+    Bad::
+
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).loss
+        scaler.scale(loss).backward()
+
+    Good::
+
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).loss
+        loss.backward()
+    """
+
+    code = "AMP008"
+    name = "scaler-with-bf16"
+    severity = Severity.WARNING
+    summary = "A GradScaler combined with bfloat16 autocast (not needed)."
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        facts = analysis.facts
+        for unit in analysis.units:
+            regions = unit.of("autocast")
+            if not regions or any(_info(a).dtype != BF16 for a in regions):
+                continue
+            used = (
+                unit.of("scale")
+                + [b for b in unit.of("backward") if b.scaled]
+                + unit.of("scaler_step")
+            )
+            if not used:
+                continue
+            keys = {e.obj for e in used if e.obj is not None}
+            keys |= {k for k in facts.scaler_keys if k in facts.scaled_keys or k in keys}
+            ctors = [facts.scaler_keys[k] for k in keys if facts.scaler_keys.get(k) is not None]
+            if any(facts.resolver.scaler_enabled(c) != "yes" for c in ctors if c is not None):
+                continue
+            yield self.finding(
+                analysis,
+                min(used, key=lambda e: e.order).node,
+                "GradScaler used with bfloat16 autocast; bfloat16 does not need loss scaling",
+            )
+
+
+@register
+class FloatSixteenOnCpu(Rule):
+    """float16 autocast on ``device_type="cpu"``.
+
+    Most CPUs have no fast float16 arithmetic: CPU autocast in fp16 is usually slower than
+    fp32. CPU autocast is meant for bfloat16 (its default).
+
+    Bad::
+
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(x)
+
+    Good::
+
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x)
+    """
+
+    code = "AMP009"
+    name = "fp16-autocast-on-cpu"
+    severity = Severity.WARNING
+    summary = 'float16 autocast on device_type="cpu" (very slow on most CPUs; use bfloat16).'
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for node in analysis.nodes:
+            if isinstance(node, ast.Call):
+                info = analysis.facts.resolver.autocast(node)
+                if (
+                    info is not None
+                    and info.device == "cpu"
+                    and info.dtype == FP16
+                    and not info.disabled
+                ):
+                    yield self.finding(
+                        analysis,
+                        node,
+                        "float16 autocast on the CPU is slow on most CPUs; use dtype=torch.bfloat16",
+                    )
+
+
+@register
+class BackwardInsideAutocast(Rule):
+    """The backward pass is called inside the autocast block.
+
+    autocast should wrap only the forward pass and the loss. Backward ops run in the dtype
+    their forward op chose anyway; running ``backward()`` under autocast is not needed and
+    is discouraged by the PyTorch AMP documentation.
+
+    Bad::
+
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).loss
+            loss.backward()
+
+    Good::
+
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).loss
+        loss.backward()
+    """
+
+    code = "AMP012"
+    name = "backward-inside-autocast"
+    severity = Severity.INFO
+    summary = "backward called inside the autocast block."
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for unit in analysis.units:
+            for b in unit.of("backward"):
+                if b.ctx.autocast is not None and not b.ctx.inlined and not b.framework:
+                    yield self.finding(
+                        analysis,
+                        b.node,
+                        "backward() inside the autocast block; end the block after the loss",
+                    )
+
+
+def _saved_models(unit: Unit, save: Event) -> set[str]:
+    """Model keys whose ``state_dict()`` is (directly or through a variable) saved by ``save``."""
+    models: set[str] = set()
+    held = {
+        e.target: e.obj
+        for e in unit.of("state_dict")
+        if e.target and e.obj and e.order < save.order
+    }
+    call = save.node
+    if not isinstance(call, ast.Call) or not call.args:
+        return models
+    for sub in ast.walk(call.args[0]):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "state_dict"
+        ):
+            key = dotted_key(sub.func.value)
+            if key is not None:
+                models.add(key)
+        key = dotted_key(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else None
+        model = held.get(key) if key is not None else None
+        if model is not None:
+            models.add(model)
+    return models
+
+
+@register
+class HalfStateDictSaved(Rule):
+    """``torch.save`` of the ``state_dict()`` of a model converted with ``.half()``.
+
+    The checkpoint then holds fp16 weights: 3 of the 16 mantissa bits of fp32 are kept,
+    small weight updates are lost when training resumes from it, and loading it into an
+    fp32 model silently upcasts already-rounded values. Save the fp32 master weights
+    (convert a copy for fp16 inference, or call ``.float()`` before saving).
+
+    Bad::
+
+        model.half()
+        torch.save(model.state_dict(), "model.pt")
+
+    Good::
+
+        torch.save(model.state_dict(), "model.pt")
+        model.half()  # for fp16 inference only
+    """
+
+    code = "AMP013"
+    name = "fp16-weights-saved"
+    severity = Severity.WARNING
+    summary = "torch.save of a state_dict() taken from a model converted with .half() (fp16 weights saved)."
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for unit in analysis.units:
+            casts = unit.of("cast", "float")
+            for save in unit.of("save"):
+                for model in sorted(_saved_models(unit, save)):
+                    state = None
+                    for c in casts:
+                        if c.order > save.order:
+                            break
+                        if model in (c.obj, c.target) and (c.target is None or c.target == model):
+                            state = c.dtype
+                    if state == FP16:
+                        yield self.finding(
+                            analysis,
+                            save.node,
+                            f"{model} was converted with .half(); this saves float16 weights "
+                            "(save the float32 weights instead)",
+                        )

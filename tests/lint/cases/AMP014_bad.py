@@ -1,0 +1,19 @@
+import torch
+
+scaler = torch.amp.GradScaler("cuda")
+
+for x, y in loader:
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    scaler.scale(loss).backward()
+    optimizer.zero_grad()  # expect: AMP014
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def step(loss):
+    scaler.scale(loss).backward()
+    if not torch.isfinite(loss):
+        optimizer.zero_grad()  # expect: AMP014
+    scaler.step(optimizer)
+    scaler.update()
