@@ -46,7 +46,8 @@ from ampkit.engine import MixedPrecision
 from ampkit.errors import CheckpointError, ConfigurationError
 from ampkit.loader import build_loader, to_device
 from ampkit.metrics import StepMetrics, peak_memory, reset_peak_memory
-from ampkit.trainer_state import TrainerState, restore, snapshot
+from ampkit.policy import resolve_device
+from ampkit.trainer_state import TrainerState, full_weights, restore, snapshot
 
 __all__ = ["FitResult", "Trainer"]
 
@@ -134,6 +135,8 @@ class Trainer:
         callbacks: :class:`~ampkit.callbacks.Callback` objects.
         log_every: steps between logged metrics (one GPU sync each).
         metrics_file: write logged metrics here as JSON lines (rank 0).
+        final_weights: write the final weights here in fp32 safetensors (rank 0; gathered
+            from the shards under FSDP2).
         tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
         scaler_options: extra :class:`~ampkit.LossScaler` settings (fp16 only).
 
@@ -170,6 +173,7 @@ class Trainer:
         callbacks: Sequence[Callback] = (),
         log_every: int = 10,
         metrics_file: str | Path | None = None,
+        final_weights: str | Path | None = None,
         tokens_per_sample: int | None = None,
         scaler_options: dict[str, Any] | None = None,
     ) -> None:
@@ -196,11 +200,7 @@ class Trainer:
                 "Trainer: strategy='fsdp' replaces the parameters when sharding, so pass an "
                 "optimizer factory, e.g. optimizer=lambda params: torch.optim.AdamW(params)."
             )
-        self.dist: DistContext = init_distributed(
-            torch.device(device).type
-            if device is not None
-            else ("cuda" if torch.cuda.is_available() else "cpu")
-        )
+        self.dist: DistContext = init_distributed(resolve_device(device).type)
         if device is None and torch.cuda.is_available():
             device = torch.device("cuda", self.dist.local_rank)
         self.mp = MixedPrecision(
@@ -229,6 +229,7 @@ class Trainer:
         self.metrics = MetricsFile(metrics_file) if metrics_file else None
         self.callbacks: list[Callback] = [*([self.metrics] if self.metrics else []), *callbacks]
         self.log_every, self.tokens_per_sample = log_every, tokens_per_sample
+        self.final_weights = Path(final_weights) if final_weights else None
         self.state = TrainerState()
         self.notes: list[str] = []
         self.saved: list[str] = []
@@ -273,14 +274,13 @@ class Trainer:
 
     def _resume(self) -> None:
         path = self._resume_path()
+        if path is not None:
+            restore(self, path)
+            self.resumed_from = path
+            self.notes.append(f"resumed from {path} at step {self.state.step}")
+            log.info(self.notes[-1])
         if self.metrics is not None and self.is_main:
             self.metrics.prepare(None if path is None else self.state.step)
-        if path is None:
-            return
-        restore(self, path)
-        self.resumed_from = path
-        self.notes.append(f"resumed from {path} at step {self.state.step}")
-        log.info(self.notes[-1])
 
     def _resume_path(self) -> Path | None:
         if self.resume is None:
@@ -374,6 +374,8 @@ class Trainer:
                 self._setup()
                 self._resume()
                 result = self._loop(train_data)
+                if self.final_weights is not None:
+                    self._write_final_weights(self.final_weights)
                 if val_data is not None:
                     val = self.evaluate(val_data)
                     result.notes.append(f"validation loss {val:.4f}")
@@ -494,6 +496,16 @@ class Trainer:
         if self.dist.distributed:
             dist.barrier()
         return path
+
+    def _write_final_weights(self, path: Path) -> None:
+        from safetensors.torch import save_file
+
+        weights = full_weights(self)  # collective under FSDP2: every rank takes part
+        if self.is_main:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            save_file(weights, str(tmp), metadata={"precision": self.mp.policy.precision})
+            tmp.replace(path)
 
     @torch.no_grad()
     def evaluate(self, data: Iterable[Any]) -> float:

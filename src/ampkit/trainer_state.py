@@ -25,7 +25,7 @@ from ampkit.rng import get_rng_state, set_rng_state
 if TYPE_CHECKING:
     from ampkit.trainer import Trainer
 
-__all__ = ["TrainerState", "restore", "snapshot"]
+__all__ = ["TrainerState", "full_weights", "restore", "snapshot"]
 
 
 @dataclass
@@ -53,20 +53,28 @@ def _options(**kwargs: Any):
     return StateDictOptions(full_state_dict=True, **kwargs)
 
 
-def snapshot(trainer: Trainer) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
-    """Take ``(weights, state, manifest metadata)`` of the trainer. Collective under torchrun."""
+def full_weights(trainer: Trainer) -> dict[str, torch.Tensor]:
+    """The model's full (unsharded) weights in fp32 on the CPU. Collective under FSDP2, where
+    only rank 0 receives them (the other ranks get an empty dict)."""
     if _is_fsdp(trainer):
-        from torch.distributed.checkpoint.state_dict import (
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         weights = get_model_state_dict(trainer.raw_model, options=_options(cpu_offload=True))
+    else:
+        weights = trainer.raw_model.state_dict()
+    return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in weights.items()}
+
+
+def snapshot(trainer: Trainer) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict[str, Any]]:
+    """Take ``(weights, state, manifest metadata)`` of the trainer. Collective under torchrun."""
+    weights = full_weights(trainer)
+    if _is_fsdp(trainer):
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
         optim = get_optimizer_state_dict(
             trainer.raw_model, trainer.optimizer, options=_options(cpu_offload=True)
         )
     else:
-        weights = trainer.raw_model.state_dict()
         optim = trainer.optimizer.state_dict()
     rng = [get_rng_state()]
     if trainer.dist.distributed:

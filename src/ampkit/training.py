@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ampkit.callbacks import Callback
+from ampkit.callbacks import Callback, TensorBoard
 from ampkit.corpus import CorpusWindows, load_corpus
 from ampkit.distributed import launched_world_size
 from ampkit.errors import ConfigurationError
@@ -207,9 +207,13 @@ def train(
         resume=config.resume,
         compile=config.compile,
         strategy=config.strategy,
-        callbacks=[_Forward(c) for c in callbacks],
+        callbacks=[
+            *(_Forward(c) for c in callbacks),
+            *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
+        ],
         log_every=config.log_every,
         metrics_file=out / "metrics.jsonl" if out else None,
+        final_weights=out / "model.safetensors" if out else None,
         tokens_per_sample=config.seq_len,
         scaler_options={"init_scale": config.init_scale, "growth_interval": config.growth_interval},
     )
@@ -235,13 +239,5 @@ def train(
         scale_history=result.scale_history,
     )
     if out and trainer.is_main:
-        _save_outputs(out, model, summary)
+        (out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
     return summary
-
-
-def _save_outputs(out: Path, model: torch.nn.Module, summary: TrainSummary) -> None:
-    from safetensors.torch import save_file
-
-    weights = {k: v.detach().float().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(weights, str(out / "model.safetensors"), metadata={"precision": summary.precision})
-    (out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")

@@ -47,6 +47,7 @@ def test_train_writes_metrics_weights_and_summary(tmp_path):
         "skipped",
         "grad_norm",
         "step_time_ms",
+        "samples_per_s",
         "tokens_per_s",
     }
     assert all(math.isfinite(r["loss"]) and r["tokens_per_s"] > 0 for r in rows)

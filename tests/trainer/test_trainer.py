@@ -1,0 +1,305 @@
+"""Trainer: the loop, its conventions, control runs and bad input."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import ampkit
+from ampkit import CheckpointError, ConfigurationError, Trainer
+from ampkit.loader import ResumableSampler
+
+
+def dataset(n: int = 64) -> torch.utils.data.TensorDataset:
+    g = torch.Generator().manual_seed(1)
+    return torch.utils.data.TensorDataset(
+        torch.randn(n, 12, generator=g), torch.randint(0, 3, (n,), generator=g)
+    )
+
+
+def mlp(seed: int = 0, width: int = 32) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, width), nn.GELU(), nn.Linear(width, 3))
+
+
+def make(model=None, **kwargs) -> Trainer:
+    model = model or mlp()
+    options = dict(
+        loss_fn=nn.functional.cross_entropy,
+        max_steps=8,
+        precision="fp32",
+        device="cpu",
+        batch_size=8,
+    )
+    options.update(kwargs)
+    return Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-2), **options)
+
+
+def test_fit_trains_and_writes_metrics(tmp_path):
+    trainer = make(max_steps=16, log_every=4, metrics_file=tmp_path / "m.jsonl")
+    result = trainer.fit(dataset())
+    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [4, 8, 12, 16]
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    assert result.steps == 16 and result.skipped_steps == 0 and result.precision == "fp32"
+    assert result.samples_per_s > 0 and result.tokens_per_s is None
+
+
+def test_trainer_adds_nothing_to_the_hand_written_fp32_loop():
+    data = dataset(96)  # 12 batches of 8: one epoch for 6 steps of 2 micro-batches
+    trainer_model = mlp()
+    make(trainer_model, max_steps=6, grad_accum_steps=2, max_grad_norm=0.5).fit(data)
+
+    model = mlp()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    loader = torch.utils.data.DataLoader(
+        data,
+        batch_size=8,
+        drop_last=True,
+        sampler=ResumableSampler(data, rank=0, world_size=1, seed=0, epoch=0),
+    )
+    batches = iter(loader)
+    for _ in range(6):
+        for _ in range(2):
+            x, y = next(batches)
+            (nn.functional.cross_entropy(model(x), y) / 2).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    for a, b in zip(trainer_model.parameters(), model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+class ReturnsLoss(nn.Module):
+    def __init__(self, style: str) -> None:
+        super().__init__()
+        self.net, self.style = mlp(), style
+
+    def forward(self, x, y):
+        loss = nn.functional.cross_entropy(self.net(x), y)
+        if self.style == "tuple":
+            return self.net(x), loss
+        if self.style == "dict":
+            return {"logits": self.net(x), "loss": loss}
+        if self.style == "object":
+            return type("Output", (), {"loss": loss})()
+        return loss
+
+
+@pytest.mark.parametrize("style", ["tensor", "tuple", "dict", "object"])
+def test_model_that_returns_its_loss(style):
+    model = ReturnsLoss(style)
+    result = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        max_steps=3,
+        precision="fp32",
+        device="cpu",
+        batch_size=8,
+    ).fit(dataset())
+    assert result.steps == 3
+
+
+def test_model_without_loss_is_a_clear_error():
+    model = mlp()
+    trainer = Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        max_steps=2,
+        precision="fp32",
+        device="cpu",
+        batch_size=8,
+    )
+    with pytest.raises(ConfigurationError, match="holds no scalar loss"):
+        trainer.fit([(torch.randn(4, 12),)])
+
+
+def test_user_iterable_of_batches():
+    batches = [(torch.randn(4, 12), torch.randint(0, 3, (4,))) for _ in range(5)]
+    result = make(max_steps=12).fit(batches)  # several passes over the list
+    assert result.steps == 12
+
+
+def test_keep_last_and_final_checkpoint(tmp_path):
+    trainer = make(max_steps=10, checkpoint_dir=tmp_path, checkpoint_every=3, keep_last=2)
+    result = trainer.fit(dataset())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000009", "step-00000010"]
+    assert result.checkpoints[-1].endswith("step-00000010")
+
+
+def test_resume_auto_without_checkpoint_starts_fresh_and_says_so(tmp_path):
+    result = make(max_steps=2, checkpoint_dir=tmp_path, resume="auto").fit(dataset())
+    assert result.resumed_from is None
+    assert any("starting fresh" in note for note in result.notes)
+
+
+def test_resume_continues_to_the_same_weights_in_process(tmp_path):
+    straight = mlp()
+    make(straight, max_steps=8).fit(dataset())
+    first = mlp()
+    make(first, max_steps=5, checkpoint_dir=tmp_path, checkpoint_every=5).fit(dataset())
+    resumed = mlp(seed=7)  # different initial weights: all must come from the checkpoint
+    result = make(resumed, max_steps=8, checkpoint_dir=tmp_path, resume="auto").fit(dataset())
+    assert result.resumed_from.endswith("step-00000005")
+    for a, b in zip(resumed.parameters(), straight.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_checkpoint_from_another_shape_is_refused_before_training(tmp_path):
+    make(max_steps=2, checkpoint_dir=tmp_path, checkpoint_every=2).fit(dataset())
+    before = sorted(p.name for p in tmp_path.iterdir())
+    wide = mlp(width=48)
+    weights = [p.detach().clone() for p in wide.parameters()]
+    with pytest.raises(CheckpointError, match="another shape"):
+        make(wide, max_steps=4, checkpoint_dir=tmp_path, resume="auto").fit(dataset())
+    assert all(torch.equal(a, b) for a, b in zip(wide.parameters(), weights, strict=True))
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing lost
+
+
+def test_fresh_run_refuses_a_folder_with_checkpoints(tmp_path):
+    make(max_steps=2, checkpoint_dir=tmp_path, checkpoint_every=2).fit(dataset())
+    with pytest.raises(ConfigurationError, match="already holds checkpoints"):
+        make(max_steps=2, checkpoint_dir=tmp_path).fit(dataset())
+
+
+def test_fresh_run_refuses_to_overwrite_metrics(tmp_path):
+    (tmp_path / "m.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ConfigurationError, match="already holds"):
+        make(max_steps=2, metrics_file=tmp_path / "m.jsonl").fit(dataset())
+    assert (tmp_path / "m.jsonl").read_text() == '{"step": 1}\n'
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"max_steps": 0}, ConfigurationError, "max_steps"),
+        ({"grad_accum_steps": 0}, ConfigurationError, "grad_accum_steps"),
+        ({"checkpoint_every": 5}, ConfigurationError, "need checkpoint_dir"),
+        ({"precision": "fp8"}, ConfigurationError, "Accepted"),
+    ],
+)
+def test_bad_settings_raise_at_construction(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        make(**kwargs)
+
+
+def test_missing_resume_path_raises(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        make(checkpoint_dir=tmp_path, resume=tmp_path / "step-00000042")
+
+
+def test_lbfgs_under_fp16_is_refused():
+    model = mlp()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ampkit.PrecisionWarning)
+        with pytest.raises(ConfigurationError, match="LBFGS"):
+            Trainer(
+                model,
+                torch.optim.LBFGS(model.parameters()),
+                max_steps=2,
+                precision="fp16",
+                device="cpu",
+            )
+
+
+def test_fsdp_needs_an_optimizer_factory():
+    model = mlp()
+    with pytest.raises(ConfigurationError, match="factory"):
+        Trainer(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            max_steps=2,
+            strategy="fsdp",
+            precision="fp32",
+            device="cpu",
+        )
+
+
+def test_callbacks_see_every_step_and_log():
+    class Recorder(ampkit.Callback):
+        def __init__(self):
+            self.events = []
+
+        def on_fit_start(self, trainer):
+            self.events.append("start")
+
+        def on_step_end(self, trainer, result):
+            self.events.append(f"step{trainer.step}")
+
+        def on_log(self, trainer, metrics):
+            self.events.append(f"log{metrics.step}")
+
+        def on_fit_end(self, trainer, result):
+            self.events.append("end")
+
+    recorder = Recorder()
+    make(max_steps=4, log_every=2, callbacks=[recorder]).fit(dataset())
+    assert recorder.events == ["start", "step1", "step2", "log2", "step3", "step4", "log4", "end"]
+
+
+def test_predict_returns_fp32_in_inference_mode_and_restores_mode():
+    model = mlp()
+    model.train()
+    out = ampkit.predict(model, torch.randn(5, 12), precision="bf16", device="cpu")
+    assert out.dtype == torch.float32 and out.shape == (5, 3) and not out.requires_grad
+    assert model.training
+    expected = model(torch.zeros(1, 12))
+    got = ampkit.predict(model, torch.zeros(1, 12), precision="fp32", device="cpu")
+    torch.testing.assert_close(got, expected.detach(), rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_compile_trains_without_graph_breaks():
+    from torch._dynamo.utils import counters
+
+    from ampkit.models import GPT, GPTConfig
+
+    counters.clear()
+    torch.manual_seed(0)
+    config = GPTConfig(block_size=16, n_layer=1, n_head=2, n_embd=32)
+    tokens = torch.randint(0, 256, (64, 17))
+    data = torch.utils.data.TensorDataset(tokens[:, :-1], tokens[:, 1:])
+
+    def run(compile_: bool) -> float:
+        torch.manual_seed(0)
+        model = GPT(config)
+        trainer = Trainer(
+            model,
+            torch.optim.AdamW(model.parameters(), lr=1e-3),
+            max_steps=3,
+            precision="bf16",
+            device="cpu",
+            batch_size=8,
+            compile=compile_,
+            max_grad_norm=1.0,
+            log_every=3,
+        )
+        return trainer.fit(data).final_loss
+
+    compiled, eager = run(True), run(False)
+    assert counters["graph_break"] == {}  # the scaler's step stays outside the compiled region
+    assert compiled == pytest.approx(eager, rel=2e-2)
+
+
+def test_resume_keeps_metric_rows_up_to_the_checkpoint(tmp_path):
+    metrics = tmp_path / "m.jsonl"
+    make(
+        max_steps=4,
+        checkpoint_dir=tmp_path / "c",
+        checkpoint_every=2,
+        log_every=1,
+        metrics_file=metrics,
+    ).fit(dataset())
+    # pretend the run crashed after step 4's checkpoint... by resuming from step 2
+    import shutil
+
+    shutil.rmtree(tmp_path / "c" / "step-00000004")
+    make(
+        max_steps=5, checkpoint_dir=tmp_path / "c", resume="auto", log_every=1, metrics_file=metrics
+    ).fit(dataset())
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == [1, 2, 3, 4, 5]
