@@ -13,11 +13,7 @@
             if the window ended: [on_step_end]; log [on_log]; checkpoint [on_checkpoint]
     [on_fit_end]; destroy the process group ampkit created
 
-Batch convention: with ``loss_fn``, a batch is ``(inputs, targets)`` and the loss is
-``loss_fn(model(inputs), targets)``. Without it, the model gets the batch (``model(*batch)``
-for a tuple/list, ``model(**batch)`` for a dict, else ``model(batch)``) and returns the loss:
-a scalar tensor, an object with ``.loss``, a dict with ``"loss"``, or a tuple/list whose first
-scalar tensor is the loss (so ``(logits, loss)`` and ``(loss, logits)`` both work).
+Batch convention: see :func:`ampkit.batch_loss.batch_loss`.
 """
 
 from __future__ import annotations
@@ -34,6 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ampkit import checkpoint as ckpt
+from ampkit.batch_loss import batch_loss
 from ampkit.callbacks import Callback, MetricsFile
 from ampkit.distributed import (
     DistContext,
@@ -78,24 +75,6 @@ class FitResult:
     checkpoints: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     scale_history: list[tuple[int, float]] = field(default_factory=list)
-
-
-def _loss_from_output(output: Any) -> torch.Tensor:
-    if isinstance(output, torch.Tensor) and output.dim() == 0:
-        return output
-    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
-        return output["loss"]
-    if isinstance(getattr(output, "loss", None), torch.Tensor):
-        return output.loss
-    if isinstance(output, (tuple, list)):
-        for item in output:
-            if isinstance(item, torch.Tensor) and item.dim() == 0:
-                return item
-    raise ConfigurationError(
-        f"Trainer: the model returned {type(output).__name__}, which holds no scalar loss. "
-        "Return the loss (a scalar tensor, `.loss`, a dict 'loss', or a tuple holding it) "
-        "or pass loss_fn= and batches of (inputs, targets)."
-    )
 
 
 def _check_positive(name: str, value: int | None, allow_none: bool = True) -> None:
@@ -306,21 +285,6 @@ class Trainer:
 
     # -- the loop ------------------------------------------------------------------------------
 
-    def _loss(self, batch: Any) -> torch.Tensor:
-        if self.loss_fn is not None:
-            if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-                raise ConfigurationError(
-                    "Trainer: with loss_fn, each batch must be (inputs, targets); got "
-                    f"{type(batch).__name__}. Drop loss_fn if the model returns its loss."
-                )
-            inputs, targets = batch
-            return self.loss_fn(self.model(inputs), targets)
-        if isinstance(batch, dict):
-            return _loss_from_output(self.model(**batch))
-        if isinstance(batch, (tuple, list)):
-            return _loss_from_output(self.model(*batch))
-        return _loss_from_output(self.model(batch))
-
     def _batches(self, data: Any) -> Iterable[Any]:
         """Micro-batches from the saved position, epoch after epoch."""
         while True:
@@ -406,7 +370,7 @@ class Trainer:
             batch = to_device(batch, self.device, self.channels_last)
             with self.mp.accumulate(self.model):
                 with self.mp.autocast():
-                    loss = self._loss(batch)
+                    loss = batch_loss(self.model, batch, self.loss_fn)
                 self.mp.backward(loss)
             loss_sum += loss.detach().float()
             micro += 1
@@ -516,7 +480,8 @@ class Trainer:
         try:
             for batch in data:
                 with self.mp.autocast():
-                    total += self._loss(to_device(batch, self.device, self.channels_last)).float()
+                    batch = to_device(batch, self.device, self.channels_last)
+                    total += batch_loss(self.model, batch, self.loss_fn).float()
                 count += 1
         finally:
             self.model.train(was_training)
