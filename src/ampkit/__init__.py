@@ -10,6 +10,7 @@ from ampkit.errors import AmpkitError as AmpkitError
 from ampkit.errors import CheckpointError as CheckpointError
 from ampkit.errors import ConfigurationError as ConfigurationError
 from ampkit.errors import DataError as DataError
+from ampkit.errors import NonFiniteError as NonFiniteError
 from ampkit.errors import NonFiniteTrainingError as NonFiniteTrainingError
 from ampkit.errors import PrecisionWarning as PrecisionWarning
 from ampkit.errors import ScalerStateError as ScalerStateError
@@ -17,6 +18,8 @@ from ampkit.errors import UnsupportedPrecisionError as UnsupportedPrecisionError
 from ampkit.formats import NumberFormat as NumberFormat
 from ampkit.formats import number_format as number_format
 from ampkit.formats import number_formats as number_formats
+from ampkit.keep_fp32 import Fp32Islands as Fp32Islands
+from ampkit.keep_fp32 import keep_fp32 as keep_fp32
 from ampkit.policy import Policy as Policy
 from ampkit.policy import precision_session as precision_session
 from ampkit.policy import resolve_precision as resolve_precision
@@ -33,8 +36,10 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DataError",
+    "Fp32Islands",
     "LossScaler",
     "MixedPrecision",
+    "NonFiniteError",
     "NonFiniteTrainingError",
     "NumberFormat",
     "Policy",
@@ -45,6 +50,7 @@ __all__ = [
     "TrainConfig",
     "TrainSummary",
     "UnsupportedPrecisionError",
+    "keep_fp32",
     "number_format",
     "number_formats",
     "precision_session",
