@@ -4,6 +4,12 @@ Importing ampkit changes no global torch setting; :class:`MixedPrecision` used a
 manager (or :func:`precision_session`) applies the policy's settings and restores them.
 """
 
+from ampkit.doctor import Finding as Finding
+from ampkit.doctor import NumericsReport as NumericsReport
+from ampkit.doctor import Recommendation as Recommendation
+from ampkit.doctor import Tolerances as Tolerances
+from ampkit.doctor import diagnose as diagnose
+from ampkit.doctor import precision_map as precision_map
 from ampkit.engine import MixedPrecision as MixedPrecision
 from ampkit.engine import StepResult as StepResult
 from ampkit.errors import AmpkitError as AmpkitError
@@ -36,23 +42,29 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DataError",
+    "Finding",
     "Fp32Islands",
     "LossScaler",
     "MixedPrecision",
     "NonFiniteError",
     "NonFiniteTrainingError",
     "NumberFormat",
+    "NumericsReport",
     "Policy",
     "PrecisionWarning",
+    "Recommendation",
     "ScalerStateError",
     "ScalerStats",
     "StepResult",
+    "Tolerances",
     "TrainConfig",
     "TrainSummary",
     "UnsupportedPrecisionError",
+    "diagnose",
     "keep_fp32",
     "number_format",
     "number_formats",
+    "precision_map",
     "precision_session",
     "resolve_precision",
     "train",
