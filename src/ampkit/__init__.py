@@ -8,6 +8,8 @@ from ampkit.doctor import Finding as Finding
 from ampkit.doctor import NumericsReport as NumericsReport
 from ampkit.doctor import Recommendation as Recommendation
 from ampkit.doctor import Tolerances as Tolerances
+from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
+from ampkit.doctor import detect_nonfinite as detect_nonfinite
 from ampkit.doctor import diagnose as diagnose
 from ampkit.doctor import precision_map as precision_map
 from ampkit.engine import MixedPrecision as MixedPrecision
@@ -47,6 +49,7 @@ __all__ = [
     "LossScaler",
     "MixedPrecision",
     "NonFiniteError",
+    "NonFiniteProbe",
     "NonFiniteTrainingError",
     "NumberFormat",
     "NumericsReport",
@@ -60,6 +63,7 @@ __all__ = [
     "TrainConfig",
     "TrainSummary",
     "UnsupportedPrecisionError",
+    "detect_nonfinite",
     "diagnose",
     "keep_fp32",
     "number_format",

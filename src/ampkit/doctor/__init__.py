@@ -7,6 +7,8 @@
 
 from ampkit.doctor.diagnose import diagnose as diagnose
 from ampkit.doctor.findings import Tolerances as Tolerances
+from ampkit.doctor.nonfinite import NonFiniteProbe as NonFiniteProbe
+from ampkit.doctor.nonfinite import detect_nonfinite as detect_nonfinite
 from ampkit.doctor.precision_map import precision_map as precision_map
 from ampkit.doctor.report import Finding as Finding
 from ampkit.doctor.report import MapRow as MapRow
@@ -19,10 +21,12 @@ __all__ = [
     "Finding",
     "MapRow",
     "ModuleRow",
+    "NonFiniteProbe",
     "NumericsReport",
     "PhaseRow",
     "Recommendation",
     "Tolerances",
+    "detect_nonfinite",
     "diagnose",
     "precision_map",
 ]
