@@ -160,3 +160,8 @@ def cancellation() -> Case:
     model = Cancelling()
     x, y = _data()
     return model, lambda: nn.functional.cross_entropy(model(x), y)
+
+
+def not_a_case() -> nn.Module:
+    """A factory that forgets the closure (for the CLI's error path)."""
+    return nn.Linear(2, 2)

@@ -211,7 +211,8 @@ class Recorder:
 
     def _out_grad(self, state: ModuleState, record: CallRecord, grad: torch.Tensor) -> None:
         if self.active:
-            state.backward.add(grad)
+            if grad.numel() > 1:  # a scalar output is a loss: its gradient is the fp32 seed
+                state.backward.add(grad)
             record.saw_out_grad(grad)
 
     def param_grad(self, name: str, module: nn.Module, grad: torch.Tensor) -> None:
