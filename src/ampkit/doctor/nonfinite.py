@@ -14,9 +14,9 @@
 
 A module is blamed when it turned finite inputs into inf/NaN outputs (forward), or a finite
 gradient of its outputs into inf/NaN gradients for its inputs or parameters (backward); the
-first such call in execution order is ``probe.first``. The checks are one ``aminmax`` per
-floating input and output, and run on the device without synchronising: flags are collected
-and read in one transfer when ``probe.first`` is read, at ``probe.on_step()``, every 4096 calls,
+first such call in execution order is ``probe.first``. The check is one ``aminmax`` per
+floating input, output and gradient (min and max propagate NaN and show inf, and give the
+ranges), queued on the device without synchronising; the queue is read in one transfer when ``probe.first`` is read, at ``probe.on_step()``, every 4096 calls,
 and on exit. After the first finding the hooks do nothing. ``strict=True`` checks each call at
 once (one host sync per module call on a GPU) and raises :class:`~ampkit.NonFiniteError` from
 inside the forward or backward that produced the value, so a debugger stops right there.
@@ -25,6 +25,8 @@ inside the forward or backward that produced the value, so a debugger stops righ
 from __future__ import annotations
 
 import contextlib
+import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,40 +43,67 @@ _PRECISION = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf1
 _RESOLVE_EVERY = 4096
 
 
-def _minmax(tensors: list[torch.Tensor]) -> torch.Tensor | None:
-    """``[[min, max], ...]`` per non-empty tensor, as fp32 on the first tensor's device."""
-    parts = [torch.stack(torch.aminmax(t.detach())).float() for t in tensors if t.numel()]
-    if not parts:
-        return None
-    return torch.stack([p.to(parts[0].device) for p in parts])
+Ranges = list[tuple[torch.Tensor, torch.Tensor]]
 
 
-def _bad(minmax: torch.Tensor | None) -> torch.Tensor | bool:
-    """Device bool: some value is inf/NaN (min and max propagate NaN and show inf)."""
-    return False if minmax is None else ~torch.isfinite(minmax).all()
+class _RangeCache:
+    """``(min, max)`` 0-d tensors per tensor: one ``aminmax`` each, queued without a sync.
+
+    min and max propagate NaN and show -inf/+inf, so they tell finiteness and range at once.
+    A tensor seen twice (a module's output is its consumer's input, a container returns its
+    last child's output, two hooks get the same gradient) is reduced once: results are cached
+    by identity and version counter (autograd accumulates gradients in place), checked through
+    a weak reference, so the cache never keeps a tensor alive.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[
+            tuple[int, int], tuple[weakref.ref[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+        ] = {}
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def __call__(self, tensors: list[torch.Tensor]) -> Ranges:
+        found: Ranges = []
+        for t in tensors:
+            if not t.numel():
+                continue
+            key = (id(t), t._version)
+            hit = self._cache.get(key)
+            if hit is not None and hit[0]() is t:
+                found.append(hit[1])
+                continue
+            pair = torch.aminmax(t.detach())
+            self._cache[key] = (weakref.ref(t), pair)
+            found.append(pair)
+        return found
 
 
 @dataclass
 class _Event:
-    """One watched call (forward) or gradient (backward); ``flag`` is a device bool."""
+    """One watched call (forward) or gradient (backward), judged when resolved.
+
+    It is the origin when ``seen`` holds inf/NaN and ``given`` (the inputs, or the gradient of
+    the outputs) does not.
+    """
 
     name: str
     type: str
     phase: str
     step: int
     dtype: torch.dtype | None
-    flag: torch.Tensor | bool
-    seen: torch.Tensor | None  # min/max of the offending tensors
-    given: torch.Tensor | None  # min/max of what the module was given (inputs or output grad)
+    seen: Ranges
+    given: Ranges
     source: str  # "outputs", "input gradients", "parameter gradients"
+    given_is_batch: bool = False
 
 
 class _Call:
-    """Per forward call: the device flag 'the gradient of my outputs was non-finite'."""
+    """Per forward call: the range of the gradient of its outputs, once autograd computes it."""
 
     def __init__(self) -> None:
-        self.out_grad_bad: torch.Tensor | bool = False
-        self.out_grad: torch.Tensor | None = None
+        self.out_grad: Ranges = []
 
 
 class NonFiniteProbe:
@@ -92,6 +121,7 @@ class NonFiniteProbe:
         self._first: Finding | None = None
         self._pending: list[_Event] = []
         self._calls: dict[str, _Call] = {}
+        self._minmax = _RangeCache()
         self._stack: contextlib.ExitStack | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -145,6 +175,7 @@ class NonFiniteProbe:
     ) -> None:
         if name == "" and self._stack is not None:
             self.step += 1
+            self._minmax.clear()
 
     def after_forward(
         self,
@@ -157,28 +188,21 @@ class NonFiniteProbe:
         if self._first is not None:
             return
         inputs, outputs = floating_tensors((args, kwargs)), floating_tensors(output)
-        seen, given = _minmax(outputs), _minmax(inputs)
+        kind = type(module).__name__
         dtype = outputs[0].dtype if outputs else None
-        if name == "":
-            flag = _bad(seen)  # the model's own inputs count: a NaN batch is found here
-        else:
-            flag = _bad(seen) & ~_bad(given) if given is not None else _bad(seen)
-        self._add(_Event(name, type(module).__name__, "forward", self.step, dtype, flag, seen,
-                         given, "outputs"))
+        self._add(_Event(name, kind, "forward", self.step, dtype, self._minmax(outputs),
+                         self._minmax(inputs), "outputs", given_is_batch=name == ""))
         call = _Call()
         self._calls[name] = call
 
         def out_grad(grad: torch.Tensor) -> None:
             if self._first is None and self._stack is not None:
-                mm = _minmax([grad])
-                call.out_grad, call.out_grad_bad = mm, _bad(mm)
+                call.out_grad = call.out_grad + self._minmax([grad])
 
-        def made_grad(grad: torch.Tensor, source: str = "input gradients") -> None:
+        def made_grad(grad: torch.Tensor) -> None:
             if self._first is None and self._stack is not None:
-                mm = _minmax([grad])
-                self._add(_Event(name, type(module).__name__, "backward", self.step, grad.dtype,
-                                 _bad(mm) & ~torch.as_tensor(call.out_grad_bad), mm,
-                                 call.out_grad, source))
+                self._add(_Event(name, kind, "backward", self.step, grad.dtype, self._minmax([grad]),
+                                 call.out_grad, "input gradients"))
 
         for t in outputs:
             if t.requires_grad:
@@ -191,38 +215,43 @@ class NonFiniteProbe:
         if self._first is not None:
             return
         call = self._calls.get(name) or _Call()
-        mm = _minmax([grad])
         self._add(_Event(name, type(module).__name__, "backward", self.step, grad.dtype,
-                         _bad(mm) & ~torch.as_tensor(call.out_grad_bad), mm, call.out_grad,
-                         "parameter gradients"))
+                         self._minmax([grad]), call.out_grad, "parameter gradients"))
 
     # -- resolution -------------------------------------------------------------------------
 
     def _add(self, event: _Event) -> None:
-        if self.strict:
-            if bool(event.flag):
-                self._first = self._finding(event)
-                raise NonFiniteError(str(self._first), self._first)
-            return
         self._pending.append(event)
-        if len(self._pending) >= _RESOLVE_EVERY:
+        if self.strict:
+            self._resolve()
+            if self._first is not None:
+                raise NonFiniteError(str(self._first), self._first)
+        elif len(self._pending) >= _RESOLVE_EVERY:
             self._resolve()
 
     def _resolve(self) -> None:
+        """Judge the pending events in order with one device-to-host transfer."""
         pending, self._pending = self._pending, []
+        self._minmax.clear()
         if self._first is not None or not pending:
             return
-        flags = torch.stack([torch.as_tensor(e.flag).cpu() for e in pending])  # one transfer
-        hits = flags.nonzero()
-        if len(hits):
-            self._first = self._finding(pending[int(hits[0])])
+        scalars = [v for e in pending for pair in (*e.seen, *e.given) for v in pair]
+        if not scalars:
+            return
+        device = scalars[0].device
+        values = iter(torch.stack([v.float().to(device) for v in scalars]).tolist())
+        for event in pending:
+            seen = [(next(values), next(values)) for _ in event.seen]
+            given = [(next(values), next(values)) for _ in event.given]
+            bad_given = not all(map(_finite_pair, given))
+            if not all(map(_finite_pair, seen)) and (event.given_is_batch or not bad_given):
+                self._first = self._finding(event, seen, given)
+                return
 
     @staticmethod
-    def _finding(event: _Event) -> Finding:
-        seen = [] if event.seen is None else [tuple(r) for r in event.seen.double().tolist()]
-        given = () if event.given is None else tuple(
-            (lo, hi) for lo, hi in event.given.double().tolist()
-        )
+    def _finding(
+        event: _Event, seen: list[tuple[float, float]], given: list[tuple[float, float]]
+    ) -> Finding:
         dtype = "" if event.dtype is None else str(event.dtype).removeprefix("torch.")
         where = event.name or "(model)"
         if event.phase == "forward":
@@ -242,17 +271,19 @@ class NonFiniteProbe:
                 f"{where} ({event.type}): first inf/NaN of the run, in {event.phase} at step "
                 f"{event.step}: {what}; given ranges {ranges}"
             ),
-            numbers={"min": min((r[0] for r in seen), default=float("nan")),
-                     "max": max((r[1] for r in seen), default=float("nan"))},
+            numbers={
+                "min": min((lo for lo, _ in seen), default=math.nan),
+                "max": max((hi for _, hi in seen), default=math.nan),
+            },
             module_type=event.type,
             step=event.step,
             dtype=dtype,
-            input_ranges=given,
+            input_ranges=tuple(given),
         )
 
 
 def _finite_pair(pair: tuple[float, float]) -> bool:
-    return all(v == v and abs(v) != float("inf") for v in pair)
+    return math.isfinite(pair[0]) and math.isfinite(pair[1])
 
 
 def detect_nonfinite(model: nn.Module, *, strict: bool = False) -> NonFiniteProbe:
