@@ -127,9 +127,12 @@ def main() -> None:
         "plain_step_ms_median": 1000 * statistics.median(times["plain"][k] for k in keep),
         "ratios": {n: summary(n) for n in names if n != "plain"},
     }
-    print(f"{result['machine']}, torch {result['torch']}, {result['threads']} threads; GPT "
-          f"n_layer={args.n_layer} n_embd={args.n_embd}, batch {args.batch_size}x{args.seq_len}, "
-          f"{len(keep)} of {args.rounds} rounds kept; unwatched step {result['plain_step_ms_median']:.1f} ms (median)")
+    print(
+        f"{result['machine']}, torch {result['torch']}, {result['threads']} threads; GPT "
+        f"n_layer={args.n_layer} n_embd={args.n_embd}, batch {args.batch_size}x{args.seq_len}, "
+        f"{len(keep)} of {args.rounds} rounds kept; unwatched step "
+        f"{result['plain_step_ms_median']:.1f} ms (median)"
+    )
     print("| variant | step time / unwatched (median) | quartiles |")
     print("|---|---|---|")
     for name, s in result["ratios"].items():

@@ -5,10 +5,10 @@ manager (or :func:`precision_session`) applies the policy's settings and restore
 """
 
 from ampkit.doctor import Finding as Finding
+from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
 from ampkit.doctor import NumericsReport as NumericsReport
 from ampkit.doctor import Recommendation as Recommendation
 from ampkit.doctor import Tolerances as Tolerances
-from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
 from ampkit.doctor import detect_nonfinite as detect_nonfinite
 from ampkit.doctor import diagnose as diagnose
 from ampkit.doctor import precision_map as precision_map

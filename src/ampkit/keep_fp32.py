@@ -74,7 +74,9 @@ class Fp32Islands:
             self._handles.append(
                 module.register_forward_pre_hook(self._enter(regions), with_kwargs=True)
             )
-            self._handles.append(module.register_forward_hook(self._leave(regions), always_call=True))
+            self._handles.append(
+                module.register_forward_hook(self._leave(regions), always_call=True)
+            )
 
     @staticmethod
     def _enter(regions: list[torch.autocast | None]) -> Any:

@@ -7,13 +7,12 @@ import math
 
 import pytest
 import torch
+from doctor_models import cancellation, division_by_zero, healthy, overflowing, tiny_gradients
 from torch import nn
 
 import ampkit
 from ampkit.doctor.stats import format_limits
 from ampkit.hardware import HardwareInfo
-
-from doctor_models import cancellation, division_by_zero, healthy, overflowing, tiny_gradients
 
 FP16 = format_limits()["fp16"]
 VOLTA = HardwareInfo(
@@ -86,7 +85,7 @@ def test_division_by_zero_names_the_block_in_forward_and_nothing_downstream():
     assert _keys(report) == [("blocks.1", "non-finite", "forward")]
     finding = report.findings[0]
     assert finding.precision == "fp32" and finding.step == 1 and finding.dtype == "float32"
-    (low, high), = finding.input_ranges
+    ((low, high),) = finding.input_ranges
     assert math.isfinite(low) and math.isfinite(high)
     assert "no precision setting fixes" in " ".join(report.recommendation.reasons)
 

@@ -33,12 +33,23 @@ def test_user_model_findings_recommendation_and_json(tmp_path):
 
 def test_metrics_history_goes_into_the_html(tmp_path):
     metrics = tmp_path / "metrics.jsonl"
-    rows = [{"step": s, "loss": 1.0 / s, "scale": 65536.0 / (1 + (s > 2)), "skipped": s == 3}
-            for s in range(1, 6)]
+    rows = [
+        {"step": s, "loss": 1.0 / s, "scale": 65536.0 / (1 + (s > 2)), "skipped": s == 3}
+        for s in range(1, 6)
+    ]
     metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     page = tmp_path / "r.html"
-    result = _run("--model", "doctor_models:healthy", "--steps", "1", "--no-map",
-                  "--metrics", str(metrics), "--html", str(page))
+    result = _run(
+        "--model",
+        "doctor_models:healthy",
+        "--steps",
+        "1",
+        "--no-map",
+        "--metrics",
+        str(metrics),
+        "--html",
+        str(page),
+    )
     assert result.exit_code == 0, result.output
     text = page.read_text()
     assert "Loss-scale history" in text and "precision map" not in result.output

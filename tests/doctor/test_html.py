@@ -39,17 +39,31 @@ def test_page_is_self_contained(page):
     assert not re.search(r"""(src|href)=['"]?(https?:|//)""", text)
     images = re.findall(r"src='data:image/png;base64,", text)
     rows = text.count("<figure>")
-    assert rows == len(ampkit.diagnose(*overflowing(), "fp16", steps=1, with_precision_map=False).rows)
+    assert rows == len(
+        ampkit.diagnose(*overflowing(), "fp16", steps=1, with_precision_map=False).rows
+    )
     assert len(images) == rows + 1  # one per module, plus the loss-scale history
     assert "mid (Linear) <span class='bad'>(finding)</span>" in text
 
 
 def _chromium(*args: str, user_data: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--no-first-run", f"--user-data-dir={user_data}", *args],
-        capture_output=True, text=True, timeout=120, check=True,
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            f"--user-data-dir={user_data}",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
 
 
@@ -62,8 +76,9 @@ def test_every_plot_decodes_in_chromium(page, tmp_path):
         ".length + '/' + imgs.length; });</script>"
     )
     probe.write_text(page.read_text().replace("</body>", counter + "</body>"))
-    dom = _chromium("--virtual-time-budget=10000", "--dump-dom", probe.as_uri(),
-                    user_data=tmp_path / "profile").stdout
+    dom = _chromium(
+        "--virtual-time-budget=10000", "--dump-dom", probe.as_uri(), user_data=tmp_path / "profile"
+    ).stdout
     decoded, total = re.search(r'data-decoded="(\d+)/(\d+)"', dom).groups()
     assert decoded == total and int(total) == page.read_text().count("data:image/png")
 
@@ -72,8 +87,12 @@ def test_every_plot_decodes_in_chromium(page, tmp_path):
 def test_screenshot_shows_the_format_ranges_and_the_histograms(page, tmp_path):
     image_module = pytest.importorskip("PIL.Image")
     shot = tmp_path / "shot.png"
-    _chromium(f"--screenshot={shot}", "--window-size=1200,1600", page.as_uri(),
-              user_data=tmp_path / "profile")
+    _chromium(
+        f"--screenshot={shot}",
+        "--window-size=1200,1600",
+        page.as_uri(),
+        user_data=tmp_path / "profile",
+    )
     image = image_module.open(shot).convert("RGB")
     assert image.size == (1200, 1600)
     colors = image.getcolors(maxcolors=1 << 20)
@@ -81,8 +100,11 @@ def test_screenshot_shows_the_format_ranges_and_the_histograms(page, tmp_path):
 
     def pixels(hex_color: str, tolerance: int = 8) -> int:
         target = tuple(int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
-        return sum(n for rgb, n in counts.items()
-                   if all(abs(a - b) <= tolerance for a, b in zip(rgb, target, strict=True)))
+        return sum(
+            n
+            for rgb, n in counts.items()
+            if all(abs(a - b) <= tolerance for a, b in zip(rgb, target, strict=True))
+        )
 
     for name in ("fp16", "bf16", "fp8_e4m3"):
         assert pixels(FORMAT_COLORS[name]) > 500, name  # the range bars are drawn

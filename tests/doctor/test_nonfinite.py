@@ -25,8 +25,12 @@ def test_division_by_zero_is_found_in_the_block_in_forward():
         first = probe.first
     assert (first.module, first.kind, first.phase) == ("blocks.1", "non-finite", "forward")
     assert (first.step, first.dtype, first.precision, first.module_type) == (
-        1, "float32", "fp32", "DivBlock")
-    (low, high), = first.input_ranges
+        1,
+        "float32",
+        "fp32",
+        "DivBlock",
+    )
+    ((low, high),) = first.input_ranges
     assert math.isfinite(low) and math.isfinite(high) and low < high
     assert "blocks.1 (DivBlock)" in str(first) and "step 1" in str(first)
     assert _no_hooks(model)
@@ -86,7 +90,11 @@ def test_fp16_overflow_under_autocast_names_the_layer_and_dtype():
     first = probe.first  # readable after the block too
     assert not math.isfinite(float(loss.detach()))
     assert (first.module, first.phase, first.dtype, first.precision) == (
-        "mid", "forward", "float16", "fp16")
+        "mid",
+        "forward",
+        "float16",
+        "fp16",
+    )
 
 
 def test_a_nan_in_the_batch_is_blamed_on_the_inputs():

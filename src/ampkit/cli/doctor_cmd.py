@@ -27,19 +27,31 @@ __all__ = ["doctor"]
 @click.option("--steps", type=int, default=3, show_default=True, help="fp32 steps to measure.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the built-in GPT.")
 @click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), default=None,
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
     help="Also write the full report as JSON here.",
 )
 @click.option(
-    "--html", "html_path", type=click.Path(dir_okay=False), default=None,
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
     help="Also write a self-contained HTML report with plots here.",
 )
 @click.option(
-    "--metrics", "metrics_path", type=click.Path(dir_okay=False), default=None,
+    "--metrics",
+    "metrics_path",
+    type=click.Path(dir_okay=False),
+    default=None,
     help="metrics.jsonl of an `ampkit train --out` run: its loss-scale history is plotted.",
 )
 @click.option(
-    "--map/--no-map", "with_map", default=True, show_default=True,
+    "--map/--no-map",
+    "with_map",
+    default=True,
+    show_default=True,
     help="Also run once under autocast and show the dtype autocast gave each module.",
 )
 def doctor(**options: Any) -> None:

@@ -31,7 +31,7 @@ from ampkit.doctor.stats import RangeStats, effective_loss_scale, format_limits
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
 from ampkit.formats import number_formats
 from ampkit.hardware import HardwareInfo
-from ampkit.policy import PRECISION_ALIASES, resolve_precision
+from ampkit.policy import PRECISION_ALIASES, Precision, resolve_precision
 
 __all__ = ["diagnose"]
 
@@ -42,7 +42,7 @@ def _device_of(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _canonical(precision: str, device: torch.device, hardware: HardwareInfo | None) -> str:
+def _canonical(precision: str, device: torch.device, hardware: HardwareInfo | None) -> Precision:
     key = precision.strip().lower() if isinstance(precision, str) else precision
     if key in PRECISION_ALIASES:
         return PRECISION_ALIASES[key]
@@ -68,7 +68,8 @@ def _check_loss(loss: object, step: int) -> torch.Tensor:
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
         seen = (
             f"a tensor of shape {tuple(loss.shape)} and dtype {loss.dtype}"
-            if isinstance(loss, torch.Tensor) else f"a {type(loss).__name__}"
+            if isinstance(loss, torch.Tensor)
+            else f"a {type(loss).__name__}"
         )
         raise ConfigurationError(
             f"diagnose: closure() returned {seen} at step {step}. It must run the forward pass "
@@ -86,9 +87,7 @@ def _check_loss(loss: object, step: int) -> torch.Tensor:
 def _phase_row(stats: RangeStats, fp16_scale: float) -> PhaseRow | None:
     if stats.count == 0:
         return None
-    fits = {
-        name: stats.fit(name, fp16_scale if name == "fp16" else 1.0) for name in stats.limits
-    }
+    fits = {name: stats.fit(name, fp16_scale if name == "fp16" else 1.0) for name in stats.limits}
     return PhaseRow(
         count=stats.count,
         zeros=stats.zeros,
@@ -200,7 +199,8 @@ def diagnose(
     )
     parents = {n for n in states for m in states if m != n and (n == "" or m.startswith(n + "."))}
     input_overflow = [
-        n for n, s in states.items()
+        n
+        for n, s in states.items()
         if n not in parents and s.input_max >= limits["fp16"].overflow_at
     ]
     try:

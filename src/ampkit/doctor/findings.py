@@ -85,7 +85,9 @@ def _candidates(
     made_bad = [r for r in state.records if r.made_grad_nonfinite and not r.out_grad_nonfinite]
     if made_bad and state.forward.nonfinite == 0:  # else inf/NaN gradients follow from forward
         add(
-            "non-finite", "backward", "fp32",
+            "non-finite",
+            "backward",
+            "fp32",
             f"backward made inf/NaN gradients in fp32 itself at step {made_bad[0].step} from a "
             "finite output gradient; no precision fixes this, fix the computation",
             step=float(made_bad[0].step),
@@ -94,52 +96,74 @@ def _candidates(
     if fmt in state.overflow_origin and fwd is not None:
         step, in_max, out_max = state.overflow_origin[fmt]
         add(
-            "overflow", "forward", fmt,
+            "overflow",
+            "forward",
+            fmt,
             f"activations overflow {fmt}: largest {out_max:.3g} >= {lim.overflow_at:g} "
             f"({_pct(fwd.overflow)} of values) while its inputs fit (largest {in_max:.3g})",
-            max_abs=out_max, input_max=in_max, overflow_fraction=fwd.overflow,
-            limit=lim.max, step=float(step),
+            max_abs=out_max,
+            input_max=in_max,
+            overflow_fraction=fwd.overflow,
+            limit=lim.max,
+            step=float(step),
         )
     if fwd is not None and fwd.lost > tol.underflow:
         add(
-            "underflow", "forward", fmt,
+            "underflow",
+            "forward",
+            fmt,
             f"{_pct(fwd.lost)} of non-zero activations become subnormal "
             f"({_pct(fwd.subnormal)}) or zero ({_pct(fwd.underflow)}) in {fmt}; "
             f"smallest {state.forward.min_abs:.3g}, smallest normal {lim.smallest_normal:.3g}",
-            underflow_fraction=fwd.underflow, subnormal_fraction=fwd.subnormal,
-            min_abs=state.forward.min_abs, max_abs=state.forward.max_abs,
+            underflow_fraction=fwd.underflow,
+            subnormal_fraction=fwd.subnormal,
+            min_abs=state.forward.min_abs,
+            max_abs=state.forward.max_abs,
         )
     bwd = state.backward.fit(fmt, scale) if state.backward.count else None
     over = [
-        r for r in state.records
-        if not r.out_grad_nonfinite and not r.made_grad_nonfinite
+        r
+        for r in state.records
+        if not r.out_grad_nonfinite
+        and not r.made_grad_nonfinite
         and r.out_grad_max * scale < lim.overflow_at <= r.made_grad_max * scale
     ]
     if over and bwd is not None:
         add(
-            "overflow", "backward", fmt,
+            "overflow",
+            "backward",
+            fmt,
             f"gradients overflow {fmt} at loss scale {scale:g}: largest "
             f"{over[0].made_grad_max:.3g} x {scale:g} >= {lim.overflow_at:g} while the gradient "
             f"it receives fits (largest {over[0].out_grad_max:.3g})",
-            max_abs=over[0].made_grad_max, loss_scale=scale, limit=lim.max,
+            max_abs=over[0].made_grad_max,
+            loss_scale=scale,
+            limit=lim.max,
             overflow_fraction=bwd.overflow,
         )
     if bwd is not None and bwd.lost > tol.underflow:
         add(
-            "underflow", "backward", fmt,
+            "underflow",
+            "backward",
+            fmt,
             f"at loss scale {scale:g}, {_pct(bwd.lost)} of non-zero gradients become "
             f"subnormal ({_pct(bwd.subnormal)}) or zero ({_pct(bwd.underflow)}) in {fmt}; "
             f"largest gradient {state.backward.max_abs:.3g}",
-            underflow_fraction=bwd.underflow, subnormal_fraction=bwd.subnormal,
-            max_abs=state.backward.max_abs, loss_scale=scale,
+            underflow_fraction=bwd.underflow,
+            subnormal_fraction=bwd.subnormal,
+            max_abs=state.backward.max_abs,
+            loss_scale=scale,
         )
     error = state.rel_error.get(fmt)
     if error is not None and error > tol.precision_loss:
         add(
-            "precision-loss", "forward", fmt,
+            "precision-loss",
+            "forward",
+            fmt,
             f"its output run in {fmt} differs from fp32 by {_pct(error)} (relative L2 error, "
             f"from the same inputs; tolerance {_pct(tol.precision_loss)})",
-            rel_error=error, tolerance=tol.precision_loss,
+            rel_error=error,
+            tolerance=tol.precision_loss,
         )
     return found
 
@@ -209,20 +233,26 @@ def recommend(
         return tuple(n for n in names if not any(_descendant(n, m) for m in names))
 
     if candidate == "fp32":
-        return Recommendation("fp32", None, (), (*notes, "fp32 was diagnosed; nothing to change"), hardware)
+        return Recommendation(
+            "fp32", None, (), (*notes, "fp32 was diagnosed; nothing to change"), hardware
+        )
     if candidate == "bf16":
         bad = problems("bf16")
         keep = modules(bad)
         why = (
-            f"bf16 loses too much in {', '.join(keep)}: run them in fp32" if keep
+            f"bf16 loses too much in {', '.join(keep)}: run them in fp32"
+            if keep
             else "bf16 is clean for this model: no overflow, underflow or precision loss found"
         )
         return Recommendation("bf16", None, keep, (*notes, why), hardware)
     bad16 = problems("fp16")
     if not bad16:
         return Recommendation(
-            "fp16", loss_scale, (),
-            (*notes, f"fp16 is clean for this model at loss scale {loss_scale:g}"), hardware,
+            "fp16",
+            loss_scale,
+            (),
+            (*notes, f"fp16 is clean for this model at loss scale {loss_scale:g}"),
+            hardware,
         )
     where = ", ".join(sorted({f"{f.module} ({f.kind}, {f.phase})" for f in bad16}))
     if all(f.kind == "precision-loss" for f in bad16):

@@ -74,9 +74,7 @@ class ModuleObserver(Protocol):
 
 
 @contextlib.contextmanager
-def observe(
-    model: nn.Module, observer: ModuleObserver, *, params: bool = True
-) -> Iterator[None]:
+def observe(model: nn.Module, observer: ModuleObserver, *, params: bool = True) -> Iterator[None]:
     """Hook every module of ``model`` (and its parameters) to ``observer`` for a ``with`` block.
 
     Args:

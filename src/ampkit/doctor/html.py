@@ -104,12 +104,32 @@ def _panel(ax: Any, report: NumericsReport, phase: str, stats: PhaseRow | None) 
     for k, (name, sub, normal, top) in enumerate(bars):
         y = 0.95 - 0.08 * k
         color = FORMAT_COLORS[name]
-        ax.plot([max(sub, low), max(normal, low)], [y, y], color=color, linewidth=1.5,
-                transform=transform)
-        ax.plot([max(normal, low), min(top, high)], [y, y], color=color, linewidth=6,
-                transform=transform, solid_capstyle="butt")
-        ax.text(0.995, y, name, color=color, fontsize=7, va="center", ha="right",
-                transform=ax.transAxes, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+        ax.plot(
+            [max(sub, low), max(normal, low)],
+            [y, y],
+            color=color,
+            linewidth=1.5,
+            transform=transform,
+        )
+        ax.plot(
+            [max(normal, low), min(top, high)],
+            [y, y],
+            color=color,
+            linewidth=6,
+            transform=transform,
+            solid_capstyle="butt",
+        )
+        ax.text(
+            0.995,
+            y,
+            name,
+            color=color,
+            fontsize=7,
+            va="center",
+            ha="right",
+            transform=ax.transAxes,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
+        )
 
 
 def _module_plot(report: NumericsReport, row: ModuleRow) -> str:
@@ -135,8 +155,13 @@ def _scale_plot(history: Sequence[Mapping[str, Any]]) -> str:
     ax.set_ylabel("loss scale")
     skipped = [r for r in history if r.get("skipped")]
     if skipped:
-        ax.plot([r["step"] for r in skipped], [r["scale"] for r in skipped], "x", color="black",
-                label="skipped step")
+        ax.plot(
+            [r["step"] for r in skipped],
+            [r["scale"] for r in skipped],
+            "x",
+            color="black",
+            label="skipped step",
+        )
     losses = [(r["step"], r["loss"]) for r in history if isinstance(r.get("loss"), (int, float))]
     if losses:
         twin = ax.twinx()
@@ -186,7 +211,8 @@ def write_html(report: NumericsReport, path: Path) -> Path:
         f"<tr><th>init_scale</th><td>{'' if rec.init_scale is None else f'{rec.init_scale:g}'}"
         "</td></tr>",
         "<tr><th>keep_fp32</th><td>"
-        + (html.escape(", ".join(rec.keep_fp32)) or "(none)") + "</td></tr>",
+        + (html.escape(", ".join(rec.keep_fp32)) or "(none)")
+        + "</td></tr>",
         *(f"<tr><th>why</th><td>{html.escape(r)}</td></tr>" for r in rec.reasons),
         f"<tr><th>hardware</th><td>{html.escape(rec.hardware)}</td></tr></table>",
         f"<pre>{html.escape(rec.snippet())}</pre>",

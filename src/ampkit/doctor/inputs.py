@@ -94,7 +94,8 @@ def load_factory(spec: str) -> Case:
     ):
         seen = (
             f"a tuple of ({', '.join(type(r).__name__ for r in result)})"
-            if isinstance(result, tuple) else f"a {type(result).__name__}"
+            if isinstance(result, tuple)
+            else f"a {type(result).__name__}"
         )
         raise ConfigurationError(
             f"--model: {spec}() returned {seen}. It must return (model, closure): an "

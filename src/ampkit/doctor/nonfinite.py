@@ -15,11 +15,12 @@
 A module is blamed when it turned finite inputs into inf/NaN outputs (forward), or a finite
 gradient of its outputs into inf/NaN gradients for its inputs or parameters (backward); the
 first such call in execution order is ``probe.first``. The check is one ``aminmax`` per
-floating input, output and gradient (min and max propagate NaN and show inf, and give the
-ranges), queued on the device without synchronising; the queue is read in one transfer when ``probe.first`` is read, at ``probe.on_step()``, every 4096 calls,
-and on exit. After the first finding the hooks do nothing. ``strict=True`` checks each call at
-once (one host sync per module call on a GPU) and raises :class:`~ampkit.NonFiniteError` from
-inside the forward or backward that produced the value, so a debugger stops right there.
+distinct floating input, output and gradient (min and max propagate NaN and show inf, and give
+the ranges), queued on the device without synchronising; the queue is read in one transfer when
+``probe.first`` is read, at ``probe.on_step()``, every 4096 checks, and on exit. After the
+first finding the hooks do nothing. ``strict=True`` checks each call at once (one host sync per
+module call on a GPU) and raises :class:`~ampkit.NonFiniteError` from inside the forward or
+backward that produced the value, so a debugger stops right there.
 """
 
 from __future__ import annotations
@@ -190,8 +191,19 @@ class NonFiniteProbe:
         inputs, outputs = floating_tensors((args, kwargs)), floating_tensors(output)
         kind = type(module).__name__
         dtype = outputs[0].dtype if outputs else None
-        self._add(_Event(name, kind, "forward", self.step, dtype, self._minmax(outputs),
-                         self._minmax(inputs), "outputs", given_is_batch=name == ""))
+        self._add(
+            _Event(
+                name,
+                kind,
+                "forward",
+                self.step,
+                dtype,
+                self._minmax(outputs),
+                self._minmax(inputs),
+                "outputs",
+                given_is_batch=name == "",
+            )
+        )
         call = _Call()
         self._calls[name] = call
 
@@ -201,8 +213,18 @@ class NonFiniteProbe:
 
         def made_grad(grad: torch.Tensor) -> None:
             if self._first is None and self._stack is not None:
-                self._add(_Event(name, kind, "backward", self.step, grad.dtype, self._minmax([grad]),
-                                 call.out_grad, "input gradients"))
+                self._add(
+                    _Event(
+                        name,
+                        kind,
+                        "backward",
+                        self.step,
+                        grad.dtype,
+                        self._minmax([grad]),
+                        call.out_grad,
+                        "input gradients",
+                    )
+                )
 
         for t in outputs:
             if t.requires_grad:
@@ -215,8 +237,18 @@ class NonFiniteProbe:
         if self._first is not None:
             return
         call = self._calls.get(name) or _Call()
-        self._add(_Event(name, type(module).__name__, "backward", self.step, grad.dtype,
-                         self._minmax([grad]), call.out_grad, "parameter gradients"))
+        self._add(
+            _Event(
+                name,
+                type(module).__name__,
+                "backward",
+                self.step,
+                grad.dtype,
+                self._minmax([grad]),
+                call.out_grad,
+                "parameter gradients",
+            )
+        )
 
     # -- resolution -------------------------------------------------------------------------
 

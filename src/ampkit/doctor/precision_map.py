@@ -8,7 +8,7 @@ input's dtype. The only way to know what happened to a given model is to run it 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -81,7 +81,7 @@ def format_precision_map(rows: tuple[MapRow, ...]) -> str:
     return _table(header, body)
 
 
-def _table(header: tuple[str, ...], body: list[tuple[str, ...]]) -> str:
+def _table(header: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()

@@ -29,7 +29,9 @@ __all__ = ["CallRecord", "ModuleState", "Recorder", "tensor_ranges"]
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def tensor_ranges(tensors: Sequence[torch.Tensor]) -> tuple[float, bool, tuple[tuple[float, float], ...]]:
+def tensor_ranges(
+    tensors: Sequence[torch.Tensor],
+) -> tuple[float, bool, tuple[tuple[float, float], ...]]:
     """``(largest finite magnitude, any inf/NaN, (min, max) per tensor)``; one host sync."""
     if not tensors:
         return 0.0, False, ()
@@ -107,7 +109,7 @@ class ModuleState:
 
 
 class Recorder:
-    """A :class:`~ampkit.doctor.hooks.ModuleObserver` that fills one :class:`ModuleState` per module.
+    """The :class:`~ampkit.doctor.hooks.ModuleObserver` filling a :class:`ModuleState` per module.
 
     Args:
         model: the model (for names and types).
@@ -205,7 +207,7 @@ class Recorder:
         record = CallRecord(self.step)
         state.records.append(record)
         on_grad(outputs, lambda g: self._out_grad(state, record, g))
-        on_grad(inputs, lambda g: self.active and record.saw_made_grad(g))
+        on_grad(inputs, lambda g: self._made_grad(record, g))
 
     # -- backward ---------------------------------------------------------------------------
 
@@ -214,6 +216,10 @@ class Recorder:
             if grad.numel() > 1:  # a scalar output is a loss: its gradient is the fp32 seed
                 state.backward.add(grad)
             record.saw_out_grad(grad)
+
+    def _made_grad(self, record: CallRecord, grad: torch.Tensor) -> None:
+        if self.active:
+            record.saw_made_grad(grad)
 
     def param_grad(self, name: str, module: nn.Module, grad: torch.Tensor) -> None:
         if not self.active:

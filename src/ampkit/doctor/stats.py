@@ -186,9 +186,11 @@ class RangeStats:
             else:
                 over[name] = (nonzero >= lim.overflow_at).sum()
         # one transfer for everything measured on this tensor
-        packed = torch.stack(
-            [amax, amin, *over.values(), *(v for pair in fp8.values() for v in pair)]
-        ).double().tolist()
+        packed = (
+            torch.stack([amax, amin, *over.values(), *(v for pair in fp8.values() for v in pair)])
+            .double()
+            .tolist()
+        )
         overflow = dict(zip(over, packed[2 : 2 + len(over)], strict=True))
         rest = packed[2 + len(over) :]
         fp8_counts = {n: rest[2 * i : 2 * i + 2] for i, n in enumerate(fp8)}

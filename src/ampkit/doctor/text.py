@@ -57,7 +57,10 @@ def module_table(report: NumericsReport) -> str:
                 line.append(_rel(row, rel_fmt) if phase_name == "fwd" else "")
             body.append(line)
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [header, *body]]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *body]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -67,12 +70,18 @@ def render_text(report: NumericsReport) -> str:
     per-module table and the precision map."""
     rec = report.recommendation
     scale = f" (gradients at loss scale {report.loss_scale:g})" if report.loss_scale else ""
-    out = [f"ampkit doctor: {report.precision} on {report.device}, {report.steps} fp32 step(s){scale}", ""]
+    out = [
+        f"ampkit doctor: {report.precision} on {report.device}, {report.steps} fp32 step(s){scale}",
+        "",
+    ]
     if report.findings:
         out.append(f"findings ({len(report.findings)}):")
         out += [f"  [{f.kind}, {f.phase}] {f.message}" for f in report.findings]
     else:
-        out.append(f"findings: none: no overflow, underflow, precision loss or inf/NaN in {report.precision}")
+        out.append(
+            "findings: none: no overflow, underflow, precision loss or inf/NaN in "
+            f"{report.precision}"
+        )
     out += ["", "recommendation:", f"  precision  {rec.precision}"]
     if rec.init_scale is not None:
         out.append(f"  init_scale {rec.init_scale:g}")
