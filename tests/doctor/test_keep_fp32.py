@@ -101,3 +101,20 @@ def test_unknown_name_suggests_the_closest():
 def test_type_without_match_or_wrong_target_raises(target):
     with pytest.raises(ConfigurationError, match="keep_fp32"):
         keep_fp32(_model(), [target])
+
+
+def test_islands_inside_a_mixed_precision_training_step():
+    import ampkit
+
+    model, x = _model(), torch.randn(4, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = model[2].weight.detach().clone()
+    with ampkit.MixedPrecision("bf16", "cpu") as mp, keep_fp32(model, ["2"]):
+        with mp.autocast():
+            out = model(x)
+            loss = out.float().square().mean()
+        assert out.dtype == torch.float32
+        mp.backward(loss)
+        assert model[2].weight.grad.dtype == torch.float32
+        assert mp.step(optimizer).stepped
+    assert not torch.equal(model[2].weight, before)

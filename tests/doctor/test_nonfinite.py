@@ -121,3 +121,31 @@ def test_as_a_step_callback_it_reports_the_step_that_broke():
 def test_rejects_what_is_not_a_module():
     with pytest.raises(ampkit.ConfigurationError, match="not a torch.nn.Module"):
         ampkit.detect_nonfinite(lambda x: x)
+
+
+@pytest.mark.slow
+def test_probe_costs_less_than_anomaly_mode(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "bench.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(root / "benchmarks" / "nonfinite_overhead.py"),
+            "--rounds",
+            "6",
+            "--warmup",
+            "1",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=240,
+    )
+    ratios = json.loads(out.read_text())["ratios"]
+    assert ratios["detect_nonfinite"]["median"] < ratios["detect_anomaly"]["median"]
