@@ -79,6 +79,9 @@ def test_bad_metrics_and_steps_are_one_line_errors(tmp_path):
     assert result.exit_code == 2 and "has no 'step' and 'scale'" in result.output
     result = _run("--steps", "0")
     assert result.exit_code == 2 and "--steps: 0 is invalid" in result.output
+    result = _run("--model", "doctor_models:healthy", "--precision", "fp17")
+    assert result.exit_code == 2 and "unknown precision 'fp17'" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_builtin_gpt_runs_clean_in_fp16():

@@ -247,13 +247,13 @@ def recommend(
         return Recommendation("bf16", None, keep, (*notes, why), hardware)
     bad16 = problems("fp16")
     if not bad16:
-        return Recommendation(
-            "fp16",
-            loss_scale,
-            (),
-            (*notes, f"fp16 is clean for this model at loss scale {loss_scale:g}"),
-            hardware,
-        )
+        clean = f"fp16 is clean for this model at loss scale {loss_scale:g}"
+        if broken:
+            clean = (
+                f"apart from the inf/NaN, fp16 adds no problem at loss scale {loss_scale:g} "
+                "(values after the inf/NaN could not be measured)"
+            )
+        return Recommendation("fp16", loss_scale, (), (*notes, clean), hardware)
     where = ", ".join(sorted({f"{f.module} ({f.kind}, {f.phase})" for f in bad16}))
     if all(f.kind == "precision-loss" for f in bad16):
         keep = modules(bad16)
