@@ -163,11 +163,14 @@ def _scale_plot(history: Sequence[Mapping[str, Any]]) -> str:
             label="skipped step",
         )
     losses = [(r["step"], r["loss"]) for r in history if isinstance(r.get("loss"), (int, float))]
+    handles, labels = ax.get_legend_handles_labels()
     if losses:
         twin = ax.twinx()
         twin.plot(*zip(*losses, strict=True), color="#1f77b4", linewidth=1, label="loss")
         twin.set_ylabel("loss")
-    ax.legend(loc="upper right", fontsize=8)
+        more = twin.get_legend_handles_labels()
+        handles, labels = handles + more[0], labels + more[1]
+    ax.legend(handles, labels, loc="upper right", fontsize=8)
     fig.subplots_adjust(left=0.08, right=0.92, bottom=0.16, top=0.95)
     return _png(fig)
 
