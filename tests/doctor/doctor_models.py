@@ -165,3 +165,23 @@ def cancellation() -> Case:
 def not_a_case() -> nn.Module:
     """A factory that forgets the closure (for the CLI's error path)."""
     return nn.Linear(2, 2)
+
+
+class ExpInFp32(nn.Module):
+    """Computes ``exp`` of an explicitly fp32 input: its output stays fp32 under autocast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+        with torch.no_grad():
+            self.fc.bias.fill_(12.0)  # exp(12) ~ 1.6e5 > 65504
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(self.fc(x).float())
+
+
+def exp_in_fp32() -> Case:
+    torch.manual_seed(0)
+    model = nn.Sequential(ExpInFp32(), nn.Linear(16, 4))
+    x, y = _data()
+    return model, lambda: nn.functional.cross_entropy(model(x), y)

@@ -179,3 +179,23 @@ def test_precision_map_shows_what_autocast_did():
     assert report.precision_map[0].params == ()
     text = report.to_text()
     assert "findings: none" in text and "precision map" in text and "trunk.fc" in text
+
+
+def test_overflow_in_an_fp32_output_is_flagged_with_where_it_really_breaks():
+    from doctor_models import exp_in_fp32
+
+    model, closure = exp_in_fp32()
+    report = ampkit.diagnose(model, closure, "fp16", steps=1, hardware=VOLTA)
+    # the consumer's weight gradient (inputs ~1.6e5) overflows fp16 even at loss scale 1
+    assert _keys(report) == [("0", "overflow", "forward"), ("1", "overflow", "backward")]
+    assert report.loss_scale == 1.0 and report.findings[1].numbers["loss_scale"] == 1.0
+    assert report.findings[0].numbers["autocast_output_fp32"] == 1.0
+    assert "autocast keeps this module's output in fp32" in report.findings[0].message
+    assert {r.module: r.output for r in report.precision_map}["0"] == "float32"
+    keep = report.recommendation.keep_fp32
+    assert keep == ("0", "1")  # the consumer casts the fp32 output down: it needs fp32 too
+    x = torch.randn(4, 8)
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert not torch.isfinite(model(x)).all()
+        with ampkit.keep_fp32(model, keep):
+            assert torch.isfinite(model(x)).all()

@@ -26,7 +26,7 @@ from ampkit.doctor.findings import Tolerances, evaluate, recommend
 from ampkit.doctor.hooks import observe
 from ampkit.doctor.precision_map import precision_map as run_precision_map
 from ampkit.doctor.recorder import ModuleState, Recorder
-from ampkit.doctor.report import Finding, ModuleRow, NumericsReport, PhaseRow
+from ampkit.doctor.report import Finding, MapRow, ModuleRow, NumericsReport, PhaseRow
 from ampkit.doctor.stats import RangeStats, effective_loss_scale, format_limits
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
 from ampkit.formats import number_formats
@@ -110,6 +110,24 @@ def _row(state: ModuleState, scale: float) -> ModuleRow:
         backward=_phase_row(state.backward, scale),
         rel_error=rel,
     )
+
+
+def _note_fp32_outputs(findings: list[Finding], pmap: tuple[MapRow, ...]) -> list[Finding]:
+    """Say so where autocast keeps a flagged module's output in fp32: the range problem then
+    shows up where a consumer casts the value down (fp16 islands cover those consumers)."""
+    fp32 = {row.module for row in pmap if row.output == "float32"}
+    noted = []
+    for f in findings:
+        if f.module in fp32 and f.kind in ("overflow", "underflow") and f.precision != "fp32":
+            f = replace(
+                f,
+                message=f"{f.message} (autocast keeps this module's output in fp32: the "
+                "values are cast down, and the problem appears, where a consumer runs in "
+                f"{f.precision})",
+                numbers={**f.numbers, "autocast_output_fp32": 1.0},
+            )
+        noted.append(f)
+    return noted
 
 
 def diagnose(
@@ -228,6 +246,7 @@ def diagnose(
             ),
         )
         pmap = run_precision_map(model, closure, policy)
+        findings = _note_fp32_outputs(findings, pmap)
     used = {f.name: f.to_dict() for f in number_formats()}
     return NumericsReport(
         precision=candidate,
