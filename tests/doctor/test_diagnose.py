@@ -156,6 +156,8 @@ def test_bad_arguments_raise():
         ampkit.diagnose(model, closure, "fp17")
     with pytest.raises(ampkit.ConfigurationError, match="steps=0"):
         ampkit.diagnose(model, closure, "fp16", steps=0)
+    with pytest.raises(ampkit.ConfigurationError, match="init_scale=1000"):
+        ampkit.diagnose(model, closure, "fp16", init_scale=1000)
     with pytest.raises(ampkit.ConfigurationError, match="is torch.float16"):
         ampkit.diagnose(nn.Linear(2, 2).half(), closure)
 

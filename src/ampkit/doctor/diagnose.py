@@ -16,6 +16,7 @@ you pass an ``optimizer``, which then steps).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -163,12 +164,22 @@ def diagnose(
         The report: per-module rows, findings, the recommendation.
 
     Raises:
-        ConfigurationError: unknown precision, ``steps < 1``, a non-fp32 model, or a closure
-            that does not return a scalar loss that requires grad.
+        ConfigurationError: unknown precision, ``steps < 1``, ``init_scale`` not a power of
+            two >= 1, a non-fp32 model, or a closure that does not return a scalar loss that
+            requires grad.
     """
     _check_model(model)
     if not isinstance(steps, int) or steps < 1:
         raise ConfigurationError(f"diagnose: steps={steps!r} is invalid. Use an integer >= 1.")
+    if not (isinstance(init_scale, (int, float)) and init_scale >= 1):
+        valid = False
+    else:
+        valid = math.frexp(init_scale)[0] == 0.5
+    if not valid:
+        raise ConfigurationError(
+            f"diagnose: init_scale={init_scale!r} is invalid. Use a power of two >= 1, as loss "
+            "scalers do (PyTorch's default is 65536)."
+        )
     device = _device_of(model)
     candidate = _canonical(precision, device, hardware)
     tol = tolerances or Tolerances()
