@@ -171,11 +171,8 @@ def diagnose(
     _check_model(model)
     if not isinstance(steps, int) or steps < 1:
         raise ConfigurationError(f"diagnose: steps={steps!r} is invalid. Use an integer >= 1.")
-    if not (isinstance(init_scale, (int, float)) and init_scale >= 1):
-        valid = False
-    else:
-        valid = math.frexp(init_scale)[0] == 0.5
-    if not valid:
+    is_number = isinstance(init_scale, (int, float)) and init_scale >= 1
+    if not (is_number and math.frexp(init_scale)[0] == 0.5):
         raise ConfigurationError(
             f"diagnose: init_scale={init_scale!r} is invalid. Use a power of two >= 1, as loss "
             "scalers do (PyTorch's default is 65536)."
