@@ -14,12 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ampkit.callbacks import Callback as Callback
+    from ampkit.doctor import Finding as Finding
+    from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
+    from ampkit.doctor import NumericsReport as NumericsReport
+    from ampkit.doctor import Recommendation as Recommendation
+    from ampkit.doctor import Tolerances as Tolerances
+    from ampkit.doctor import detect_nonfinite as detect_nonfinite
+    from ampkit.doctor import diagnose as diagnose
+    from ampkit.doctor import precision_map as precision_map
     from ampkit.engine import MixedPrecision as MixedPrecision
     from ampkit.engine import StepResult as StepResult
     from ampkit.errors import AmpkitError as AmpkitError
     from ampkit.errors import CheckpointError as CheckpointError
     from ampkit.errors import ConfigurationError as ConfigurationError
     from ampkit.errors import DataError as DataError
+    from ampkit.errors import NonFiniteError as NonFiniteError
     from ampkit.errors import NonFiniteTrainingError as NonFiniteTrainingError
     from ampkit.errors import PrecisionWarning as PrecisionWarning
     from ampkit.errors import ScalerStateError as ScalerStateError
@@ -28,6 +37,8 @@ if TYPE_CHECKING:
     from ampkit.formats import number_format as number_format
     from ampkit.formats import number_formats as number_formats
     from ampkit.inference import predict as predict
+    from ampkit.keep_fp32 import Fp32Islands as Fp32Islands
+    from ampkit.keep_fp32 import keep_fp32 as keep_fp32
     from ampkit.policy import Policy as Policy
     from ampkit.policy import precision_session as precision_session
     from ampkit.policy import resolve_precision as resolve_precision
@@ -43,12 +54,21 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "Callback": "ampkit.callbacks",
+    "Finding": "ampkit.doctor",
+    "NonFiniteProbe": "ampkit.doctor",
+    "NumericsReport": "ampkit.doctor",
+    "Recommendation": "ampkit.doctor",
+    "Tolerances": "ampkit.doctor",
+    "detect_nonfinite": "ampkit.doctor",
+    "diagnose": "ampkit.doctor",
+    "precision_map": "ampkit.doctor",
     "MixedPrecision": "ampkit.engine",
     "StepResult": "ampkit.engine",
     "AmpkitError": "ampkit.errors",
     "CheckpointError": "ampkit.errors",
     "ConfigurationError": "ampkit.errors",
     "DataError": "ampkit.errors",
+    "NonFiniteError": "ampkit.errors",
     "NonFiniteTrainingError": "ampkit.errors",
     "PrecisionWarning": "ampkit.errors",
     "ScalerStateError": "ampkit.errors",
@@ -57,6 +77,8 @@ _EXPORTS: dict[str, str] = {
     "number_format": "ampkit.formats",
     "number_formats": "ampkit.formats",
     "predict": "ampkit.inference",
+    "Fp32Islands": "ampkit.keep_fp32",
+    "keep_fp32": "ampkit.keep_fp32",
     "Policy": "ampkit.policy",
     "precision_session": "ampkit.policy",
     "resolve_precision": "ampkit.policy",
@@ -89,22 +111,33 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DataError",
+    "Finding",
     "FitResult",
+    "Fp32Islands",
     "LossScaler",
     "MixedPrecision",
+    "NonFiniteError",
+    "NonFiniteProbe",
     "NonFiniteTrainingError",
     "NumberFormat",
+    "NumericsReport",
     "Policy",
     "PrecisionWarning",
+    "Recommendation",
     "ScalerStateError",
     "ScalerStats",
     "StepResult",
+    "Tolerances",
     "TrainConfig",
-    "Trainer",
     "TrainSummary",
+    "Trainer",
     "UnsupportedPrecisionError",
+    "detect_nonfinite",
+    "diagnose",
+    "keep_fp32",
     "number_format",
     "number_formats",
+    "precision_map",
     "precision_session",
     "predict",
     "resolve_precision",

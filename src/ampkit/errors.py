@@ -13,6 +13,7 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DataError",
+    "NonFiniteError",
     "NonFiniteTrainingError",
     "PrecisionWarning",
     "ScalerStateError",
@@ -56,6 +57,19 @@ class ScalerStateError(AmpkitError, RuntimeError):
 
 class NonFiniteTrainingError(AmpkitError, RuntimeError):
     """Training kept producing inf/NaN gradients even at the smallest loss scale."""
+
+
+class NonFiniteError(AmpkitError, RuntimeError):
+    """A module produced the first inf/NaN of a run (raised by a strict non-finite probe).
+
+    Attributes:
+        finding: the :class:`~ampkit.doctor.report.Finding` naming the module, phase, dtype,
+            input ranges and step.
+    """
+
+    def __init__(self, message: str, finding: object = None) -> None:
+        super().__init__(message)
+        self.finding = finding
 
 
 class PrecisionWarning(UserWarning):

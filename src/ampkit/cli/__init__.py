@@ -38,10 +38,12 @@ def main() -> None:
       ampkit train                      # train the built-in GPT, precision chosen from the hardware
       ampkit train --precision bf16 --steps 100 --out runs/bf16
       ampkit formats                    # fp32/fp16/bf16/fp8 ranges, computed from torch
+      ampkit doctor                     # which layers break fp16, and what to train in
     """
 
 
 def _register() -> None:
+    from ampkit.cli.doctor_cmd import doctor
     from ampkit.cli.formats_cmd import formats
     from ampkit.cli.lint_cmd import lint
     from ampkit.cli.train_cmd import train
@@ -49,6 +51,7 @@ def _register() -> None:
     main.add_command(train)
     main.add_command(formats)
     main.add_command(lint)
+    main.add_command(doctor)
 
 
 _register()

@@ -1,0 +1,100 @@
+"""``ampkit doctor``: where low precision breaks a model, and what to train in instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+__all__ = ["doctor"]
+
+
+@click.command()
+@click.option(
+    "--model",
+    "model_spec",
+    default=None,
+    metavar="MODULE:FACTORY",
+    help="A function returning (model, closure); closure() runs the forward pass and returns "
+    "the loss. [default: the built-in GPT]",
+)
+@click.option(
+    "--precision",
+    default="fp16",
+    show_default=True,
+    help="The precision to diagnose: fp16, bf16, fp32 (or an alias), or auto.",
+)
+@click.option("--steps", type=int, default=3, show_default=True, help="fp32 steps to measure.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the built-in GPT.")
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the full report as JSON here.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write a self-contained HTML report with plots here.",
+)
+@click.option(
+    "--metrics",
+    "metrics_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="metrics.jsonl of an `ampkit train --out` run: its loss-scale history is plotted.",
+)
+@click.option(
+    "--map/--no-map",
+    "with_map",
+    default=True,
+    show_default=True,
+    help="Also run once under autocast and show the dtype autocast gave each module.",
+)
+def doctor(**options: Any) -> None:
+    """Find the layers that break low precision, and say what to train in.
+
+    Runs a few fp32 steps with hooks on every module and measures each module's activations
+    and gradients against fp16, bf16 and fp8 (overflow, underflow, error of its output in the
+    candidate precision); prints the findings, a recommendation (precision, initial loss
+    scale, modules to keep in fp32) and the per-module table.
+
+    \b
+    Examples:
+      ampkit doctor                                  # the built-in GPT, fp16
+      ampkit doctor --precision bf16 --steps 5
+      ampkit doctor --model mymodels.vit:make --html doctor.html --json doctor.json
+      ampkit doctor --metrics runs/fp16/metrics.jsonl --html doctor.html
+    """
+    from dataclasses import replace
+
+    from ampkit.doctor import diagnose
+    from ampkit.doctor.inputs import builtin_case, load_factory, load_scale_history
+    from ampkit.errors import ConfigurationError
+
+    if options["steps"] < 1:
+        raise ConfigurationError(f"--steps: {options['steps']} is invalid. Use 1 or more.")
+    history = load_scale_history(options["metrics_path"]) if options["metrics_path"] else None
+    if options["model_spec"]:
+        model, closure = load_factory(options["model_spec"])
+    else:
+        model, closure = builtin_case(seed=options["seed"])
+    report = diagnose(
+        model,
+        closure,
+        options["precision"],
+        steps=options["steps"],
+        with_precision_map=options["with_map"],
+    )
+    if history is not None:
+        report = replace(report, scale_history=history)
+    click.echo(report.to_text())
+    if options["json_path"]:
+        report.to_json(options["json_path"])
+        click.echo(f"\nwrote {options['json_path']}")
+    if options["html_path"]:
+        path = report.to_html(options["html_path"])
+        click.echo(f"wrote {path}")

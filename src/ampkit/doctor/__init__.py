@@ -1,0 +1,32 @@
+"""The numerics doctor: where low precision breaks a model, and what to do about it.
+
+* :func:`diagnose`: per-module ranges against fp16/bf16/fp8, findings and a recommendation.
+* :func:`detect_nonfinite`: a cheap probe naming the module that made the first inf/NaN.
+* :func:`precision_map`: the dtype autocast gave each module.
+"""
+
+from ampkit.doctor.diagnose import diagnose as diagnose
+from ampkit.doctor.findings import Tolerances as Tolerances
+from ampkit.doctor.nonfinite import NonFiniteProbe as NonFiniteProbe
+from ampkit.doctor.nonfinite import detect_nonfinite as detect_nonfinite
+from ampkit.doctor.precision_map import precision_map as precision_map
+from ampkit.doctor.report import Finding as Finding
+from ampkit.doctor.report import MapRow as MapRow
+from ampkit.doctor.report import ModuleRow as ModuleRow
+from ampkit.doctor.report import NumericsReport as NumericsReport
+from ampkit.doctor.report import PhaseRow as PhaseRow
+from ampkit.doctor.report import Recommendation as Recommendation
+
+__all__ = [
+    "Finding",
+    "MapRow",
+    "ModuleRow",
+    "NonFiniteProbe",
+    "NumericsReport",
+    "PhaseRow",
+    "Recommendation",
+    "Tolerances",
+    "detect_nonfinite",
+    "diagnose",
+    "precision_map",
+]

@@ -1,0 +1,269 @@
+"""``ampkit.diagnose``: which precision should this model use, and which layers break it.
+
+::
+
+    report = ampkit.diagnose(model, closure, precision="fp16", steps=3)
+    print(report.to_text())
+    report.findings          # [Finding(module="blocks.1.mlp.fc", kind="overflow", ...)]
+    report.recommendation    # Recommendation(precision="bf16", keep_fp32=(), ...)
+
+It runs ``steps`` fp32 steps (``closure()`` then ``loss.backward()``) with hooks on every module,
+measures each module's activations and gradients against fp16, bf16 and fp8, re-runs each module
+once under autocast in the candidate precision to measure its own error, and says where each
+problem starts. The model's parameters, gradients and buffers are as before afterwards (unless
+you pass an ``optimizer``, which then steps).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+import torch
+from torch import nn
+
+from ampkit.doctor.findings import Tolerances, evaluate, recommend
+from ampkit.doctor.hooks import observe
+from ampkit.doctor.precision_map import precision_map as run_precision_map
+from ampkit.doctor.recorder import ModuleState, Recorder
+from ampkit.doctor.report import Finding, MapRow, ModuleRow, NumericsReport, PhaseRow
+from ampkit.doctor.stats import RangeStats, effective_loss_scale, format_limits
+from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
+from ampkit.formats import number_formats
+from ampkit.hardware import HardwareInfo
+from ampkit.policy import PRECISION_ALIASES, Precision, resolve_precision
+
+__all__ = ["diagnose"]
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    for tensor in [*model.parameters(), *model.buffers()]:
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _canonical(precision: str, device: torch.device, hardware: HardwareInfo | None) -> Precision:
+    key = precision.strip().lower() if isinstance(precision, str) else precision
+    if key in PRECISION_ALIASES:
+        return PRECISION_ALIASES[key]
+    return resolve_precision(precision, device, hardware=hardware).precision  # auto, or raises
+
+
+def _check_model(model: nn.Module) -> None:
+    if not isinstance(model, nn.Module):
+        raise ConfigurationError(
+            f"diagnose: model is a {type(model).__name__}, not a torch.nn.Module. "
+            "Pass the model whose forward the closure runs."
+        )
+    for name, param in model.named_parameters():
+        if param.is_floating_point() and param.dtype != torch.float32:
+            raise ConfigurationError(
+                f"diagnose: parameter {name!r} is {param.dtype}, but the doctor measures an fp32 "
+                "run. Pass the model in fp32 (mixed precision keeps fp32 weights; do not .half() "
+                "or .bfloat16() it)."
+            )
+
+
+def _check_loss(loss: object, step: int) -> torch.Tensor:
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
+        seen = (
+            f"a tensor of shape {tuple(loss.shape)} and dtype {loss.dtype}"
+            if isinstance(loss, torch.Tensor)
+            else f"a {type(loss).__name__}"
+        )
+        raise ConfigurationError(
+            f"diagnose: closure() returned {seen} at step {step}. It must run the forward pass "
+            "and return the loss, a floating-point scalar tensor."
+        )
+    if not loss.requires_grad:
+        raise ConfigurationError(
+            f"diagnose: the loss closure() returned at step {step} does not require grad. "
+            "Return the loss of the model's forward, not a detached value or one computed under "
+            "torch.no_grad()."
+        )
+    return loss
+
+
+def _phase_row(stats: RangeStats, fp16_scale: float) -> PhaseRow | None:
+    if stats.count == 0:
+        return None
+    fits = {name: stats.fit(name, fp16_scale if name == "fp16" else 1.0) for name in stats.limits}
+    return PhaseRow(
+        count=stats.count,
+        zeros=stats.zeros,
+        nonfinite=stats.nonfinite,
+        max_abs=stats.max_abs,
+        min_abs=stats.min_abs,
+        fits=fits,
+        hist=tuple(stats.hist),
+    )
+
+
+def _row(state: ModuleState, scale: float) -> ModuleRow:
+    rel = dict(state.rel_error)
+    rel.update({fmt: float("nan") for fmt in state.replay_errors})
+    return ModuleRow(
+        name=state.name,
+        type=state.type,
+        calls=state.calls,
+        forward=_phase_row(state.forward, 1.0),
+        backward=_phase_row(state.backward, scale),
+        rel_error=rel,
+    )
+
+
+def _note_fp32_outputs(findings: list[Finding], pmap: tuple[MapRow, ...]) -> list[Finding]:
+    """Say so where autocast keeps a flagged module's output in fp32: the range problem then
+    shows up where a consumer casts the value down (fp16 islands cover those consumers)."""
+    fp32 = {row.module for row in pmap if row.output == "float32"}
+    noted = []
+    for f in findings:
+        if f.module in fp32 and f.kind in ("overflow", "underflow") and f.precision != "fp32":
+            f = replace(
+                f,
+                message=f"{f.message} (autocast keeps this module's output in fp32: the "
+                "values are cast down, and the problem appears, where a consumer runs in "
+                f"{f.precision})",
+                numbers={**f.numbers, "autocast_output_fp32": 1.0},
+            )
+        noted.append(f)
+    return noted
+
+
+def diagnose(
+    model: nn.Module,
+    closure: Callable[[], torch.Tensor],
+    precision: str = "fp16",
+    steps: int = 3,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    init_scale: float = 2.0**16,
+    tolerances: Tolerances | None = None,
+    with_precision_map: bool = True,
+    hardware: HardwareInfo | None = None,
+) -> NumericsReport:
+    """Diagnose ``model`` for training in ``precision``.
+
+    Args:
+        model: an fp32 model.
+        closure: runs the forward pass on a batch and returns the loss (like an optimizer
+            closure); called once per step. Give it a new batch each call to cover more data.
+        precision: the candidate: ``fp16``, ``bf16``, ``fp32``, an alias, or ``auto``.
+        steps: fp32 steps to measure.
+        optimizer: if given, it steps after every backward (the weights change); otherwise
+            parameters and gradients are left exactly as they were.
+        init_scale: the fp16 loss scaler's initial scale; gradients are measured at the scale
+            it backs off to for them.
+        tolerances: when underflow and precision loss become findings.
+        with_precision_map: also run once under the candidate's autocast and record the dtype
+            of each module's output (:attr:`NumericsReport.precision_map`).
+        hardware: plan for another machine (decides whether bf16 can be recommended).
+
+    Returns:
+        The report: per-module rows, findings, the recommendation.
+
+    Raises:
+        ConfigurationError: unknown precision, ``steps < 1``, ``init_scale`` not a power of
+            two >= 1, a non-fp32 model, or a closure that does not return a scalar loss that
+            requires grad.
+    """
+    _check_model(model)
+    if not isinstance(steps, int) or steps < 1:
+        raise ConfigurationError(f"diagnose: steps={steps!r} is invalid. Use an integer >= 1.")
+    is_number = isinstance(init_scale, (int, float)) and init_scale >= 1
+    if not (is_number and math.frexp(init_scale)[0] == 0.5):
+        raise ConfigurationError(
+            f"diagnose: init_scale={init_scale!r} is invalid. Use a power of two >= 1, as loss "
+            "scalers do (PyTorch's default is 65536)."
+        )
+    device = _device_of(model)
+    candidate = _canonical(precision, device, hardware)
+    tol = tolerances or Tolerances()
+    limits = format_limits()
+    replay = {"fp32": [], "bf16": ["bf16"], "fp16": ["fp16", "bf16"]}[candidate]
+    recorder = Recorder(model, limits, replay)
+    params = list(model.parameters())
+    saved_grads = [p.grad for p in params]
+    saved_buffers = [b.detach().clone() for b in model.buffers()]
+    try:
+        for p in params:
+            p.grad = None
+        with observe(model, recorder):
+            for step in range(1, steps + 1):
+                recorder.step = step
+                with torch.autocast(device.type, enabled=False):
+                    loss = _check_loss(closure(), step)
+                loss.backward()
+                if optimizer is not None:
+                    optimizer.step()
+                    optimizer.zero_grad(set_to_none=True)
+                else:
+                    for p in params:
+                        p.grad = None
+    finally:
+        recorder.active = False
+        for p, g in zip(params, saved_grads, strict=True):
+            p.grad = g
+        with torch.no_grad():
+            for b, saved in zip(model.buffers(), saved_buffers, strict=True):
+                b.copy_(saved)
+
+    states = recorder.states
+    grad_max = max((s.backward.max_abs for s in states.values()), default=0.0)
+    fp16_scale = effective_loss_scale(grad_max, limits["fp16"], init_scale=init_scale)
+    formats = {"fp16": [("fp16", fp16_scale), ("bf16", 1.0)], "bf16": [("bf16", 1.0)]}
+    found: dict[str, list[Finding]] = {
+        fmt: evaluate(states, fmt, limits[fmt], scale, tol)
+        for fmt, scale in formats.get(candidate, [("bf16", 1.0)])
+    }
+    if candidate == "fp32":
+        found = {"fp32": [f for f in found["bf16"] if f.precision == "fp32"]}
+    order = {name: i for i, name in enumerate(states)}
+    findings = sorted(
+        found[candidate], key=lambda f: (order[f.module], f.phase != "forward", f.kind)
+    )
+    parents = {n for n in states for m in states if m != n and (n == "" or m.startswith(n + "."))}
+    input_overflow = [
+        n
+        for n, s in states.items()
+        if n not in parents and s.input_max >= limits["fp16"].overflow_at
+    ]
+    try:
+        resolve_precision("bf16", device, hardware=hardware)
+        bf16_runs = True
+    except UnsupportedPrecisionError:
+        bf16_runs = False
+    auto = resolve_precision("auto", device, hardware=hardware)
+    recommendation = recommend(
+        candidate,
+        found,
+        loss_scale=fp16_scale if candidate == "fp16" else None,
+        bf16_runs=bf16_runs,
+        input_overflow=input_overflow,
+        hardware=f"auto picks {auto.precision} here: {auto.reason}",
+    )
+    pmap = None
+    if with_precision_map:
+        policy = replace(
+            resolve_precision("fp32", device),
+            device=device,
+            precision=candidate,
+            compute_dtype={"fp16": torch.float16, "bf16": torch.bfloat16}.get(
+                candidate, torch.float32
+            ),
+        )
+        pmap = run_precision_map(model, closure, policy)
+        findings = _note_fp32_outputs(findings, pmap)
+    used = {f.name: f.to_dict() for f in number_formats()}
+    return NumericsReport(
+        precision=candidate,
+        device=str(device),
+        steps=steps,
+        loss_scale=fp16_scale if candidate == "fp16" else None,
+        rows=tuple(_row(s, fp16_scale) for s in states.values() if s.calls),
+        findings=tuple(findings),
+        recommendation=recommendation,
+        precision_map=pmap,
+        formats=used,
+    )

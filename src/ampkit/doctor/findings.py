@@ -1,0 +1,273 @@
+"""From measurements to findings (where a problem starts) and a recommendation.
+
+A module is reported for a (kind, phase) only if none of its descendants is: a container is
+named only when the problem is in its own code (an inline division, say), not in a child's.
+
+* ``non-finite``: the fp32 run itself turned finite inputs into inf/NaN (forward), or a clean
+  output gradient into inf/NaN gradients (backward). No precision fixes this.
+* ``overflow``: the module's outputs overflow the format while its inputs fit (forward), or,
+  at the loss scale dynamic scaling settles on, the gradients it produces overflow while the
+  gradient it receives fits (backward).
+* ``underflow``: more than ``Tolerances.underflow`` of the non-zero values become zero or
+  subnormal in the format (gradients: at that loss scale).
+* ``precision-loss``: re-run in the format, the module's output is off by more than
+  ``Tolerances.precision_loss`` (relative L2 error), with no overflow or inf/NaN to explain it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ampkit.doctor.recorder import ModuleState
+from ampkit.doctor.report import Finding, Recommendation
+from ampkit.doctor.stats import FormatLimits
+
+__all__ = ["Tolerances", "evaluate", "recommend"]
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """When a measurement becomes a finding.
+
+    Attributes:
+        underflow: fraction of non-zero values that may become zero or subnormal.
+        precision_loss: relative L2 error of a module's output in the low precision.
+    """
+
+    underflow: float = 0.05
+    precision_loss: float = 0.05
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.3g}%"
+
+
+def _candidates(
+    state: ModuleState, fmt: str, lim: FormatLimits, scale: float, tol: Tolerances
+) -> list[Finding]:
+    name, found = state.name, []
+
+    def add(kind: str, phase: str, precision: str, message: str, **numbers: float) -> None:
+        found.append(
+            Finding(
+                module=name,
+                kind=kind,  # type: ignore[arg-type]
+                phase=phase,  # type: ignore[arg-type]
+                precision=precision,
+                message=f"{name or '(model)'} ({state.type}): {message}",
+                numbers=numbers,
+                module_type=state.type,
+            )
+        )
+
+    if state.nonfinite_origin is not None:
+        step, ranges, dtype = state.nonfinite_origin
+        shown = ", ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in ranges) or "none"
+        found.append(
+            Finding(
+                module=name,
+                kind="non-finite",
+                phase="forward",
+                precision="fp32",
+                message=(
+                    f"{name or '(model)'} ({state.type}): forward made inf/NaN in fp32 itself "
+                    f"at step {step} from finite inputs (ranges {shown}); no precision fixes "
+                    "this, fix the computation"
+                ),
+                numbers={"nonfinite_values": float(state.forward.nonfinite)},
+                module_type=state.type,
+                step=step,
+                dtype=dtype,
+                input_ranges=ranges,
+            )
+        )
+    made_bad = [r for r in state.records if r.made_grad_nonfinite and not r.out_grad_nonfinite]
+    if made_bad and state.forward.nonfinite == 0:  # else inf/NaN gradients follow from forward
+        add(
+            "non-finite",
+            "backward",
+            "fp32",
+            f"backward made inf/NaN gradients in fp32 itself at step {made_bad[0].step} from a "
+            "finite output gradient; no precision fixes this, fix the computation",
+            step=float(made_bad[0].step),
+        )
+    fwd = state.forward.fit(fmt) if state.forward.count else None
+    if fmt in state.overflow_origin and fwd is not None:
+        step, in_max, out_max = state.overflow_origin[fmt]
+        add(
+            "overflow",
+            "forward",
+            fmt,
+            f"activations overflow {fmt}: largest {out_max:.3g} >= {lim.overflow_at:g} "
+            f"({_pct(fwd.overflow)} of values) while its inputs fit (largest {in_max:.3g})",
+            max_abs=out_max,
+            input_max=in_max,
+            overflow_fraction=fwd.overflow,
+            limit=lim.max,
+            step=float(step),
+        )
+    if fwd is not None and fwd.lost > tol.underflow:
+        add(
+            "underflow",
+            "forward",
+            fmt,
+            f"{_pct(fwd.lost)} of non-zero activations become subnormal "
+            f"({_pct(fwd.subnormal)}) or zero ({_pct(fwd.underflow)}) in {fmt}; "
+            f"smallest {state.forward.min_abs:.3g}, smallest normal {lim.smallest_normal:.3g}",
+            underflow_fraction=fwd.underflow,
+            subnormal_fraction=fwd.subnormal,
+            min_abs=state.forward.min_abs,
+            max_abs=state.forward.max_abs,
+        )
+    bwd = state.backward.fit(fmt, scale) if state.backward.count else None
+    over = [
+        r
+        for r in state.records
+        if not r.out_grad_nonfinite
+        and not r.made_grad_nonfinite
+        and r.out_grad_max * scale < lim.overflow_at <= r.made_grad_max * scale
+    ]
+    if over and bwd is not None:
+        add(
+            "overflow",
+            "backward",
+            fmt,
+            f"gradients overflow {fmt} at loss scale {scale:g}: largest "
+            f"{over[0].made_grad_max:.3g} x {scale:g} >= {lim.overflow_at:g} while the gradient "
+            f"it receives fits (largest {over[0].out_grad_max:.3g})",
+            max_abs=over[0].made_grad_max,
+            loss_scale=scale,
+            limit=lim.max,
+            overflow_fraction=bwd.overflow,
+        )
+    if bwd is not None and bwd.lost > tol.underflow:
+        add(
+            "underflow",
+            "backward",
+            fmt,
+            f"at loss scale {scale:g}, {_pct(bwd.lost)} of non-zero gradients become "
+            f"subnormal ({_pct(bwd.subnormal)}) or zero ({_pct(bwd.underflow)}) in {fmt}; "
+            f"largest gradient {state.backward.max_abs:.3g}",
+            underflow_fraction=bwd.underflow,
+            subnormal_fraction=bwd.subnormal,
+            max_abs=state.backward.max_abs,
+            loss_scale=scale,
+        )
+    error = state.rel_error.get(fmt)
+    if error is not None and error > tol.precision_loss:
+        add(
+            "precision-loss",
+            "forward",
+            fmt,
+            f"its output run in {fmt} differs from fp32 by {_pct(error)} (relative L2 error, "
+            f"from the same inputs; tolerance {_pct(tol.precision_loss)})",
+            rel_error=error,
+            tolerance=tol.precision_loss,
+        )
+    return found
+
+
+def _descendant(child: str, parent: str) -> bool:
+    return child != parent and (parent == "" or child.startswith(parent + "."))
+
+
+def evaluate(
+    states: Mapping[str, ModuleState],
+    fmt: str,
+    lim: FormatLimits,
+    scale: float,
+    tol: Tolerances,
+) -> list[Finding]:
+    """Findings for format ``fmt`` (gradients at loss ``scale``), each where it starts."""
+    raw = [f for s in states.values() for f in _candidates(s, fmt, lim, scale, tol)]
+    keys = {(f.module, f.kind, f.phase) for f in raw}
+    forward_named = {f.module for f in raw if f.phase == "forward"}
+    explained = {f.module for f in raw if f.kind in ("overflow", "non-finite")}
+    kept = []
+    for f in raw:
+        if any(_descendant(m, f.module) for m, k, p in keys if (k, p) == (f.kind, f.phase)):
+            continue
+        if f.kind == "precision-loss" and (
+            f.module in explained or any(_descendant(m, f.module) for m in forward_named)
+        ):
+            continue
+        kept.append(f)
+    return kept
+
+
+def recommend(
+    candidate: str,
+    findings: Mapping[str, Sequence[Finding]],
+    *,
+    loss_scale: float | None,
+    bf16_runs: bool,
+    input_overflow: Sequence[str] = (),
+    hardware: str = "",
+) -> Recommendation:
+    """What to train in, given the findings per format.
+
+    Args:
+        candidate: the precision that was diagnosed (``fp16``, ``bf16`` or ``fp32``).
+        findings: ``{format: findings}`` for the candidate and, for fp16, for bf16.
+        loss_scale: the fp16 loss scale the gradients were measured at.
+        bf16_runs: whether this device can run bf16 at all.
+        input_overflow: leaf modules whose inputs overflow fp16: fp16 islands need them too,
+            or autocast would cast their fp32 inputs back down to inf.
+        hardware: ``resolve_precision("auto")``'s description for this machine.
+    """
+    broken = [f for fs in findings.values() for f in fs if f.precision == "fp32"]
+    notes = []
+    if broken:
+        names = sorted({f.module or "(model)" for f in broken})
+        notes.append(
+            f"inf/NaN already in fp32 at {', '.join(names)}: no precision setting fixes this; "
+            "fix the computation first (see the non-finite findings)"
+        )
+
+    def problems(fmt: str) -> list[Finding]:
+        return [f for f in findings.get(fmt, ()) if f.precision != "fp32"]
+
+    def modules(found: Sequence[Finding], extra: Sequence[str] = ()) -> tuple[str, ...]:
+        names = list(dict.fromkeys([*(f.module for f in found), *extra]))
+        return tuple(n for n in names if not any(_descendant(n, m) for m in names))
+
+    if candidate == "fp32":
+        return Recommendation(
+            "fp32", None, (), (*notes, "fp32 was diagnosed; nothing to change"), hardware
+        )
+    if candidate == "bf16":
+        bad = problems("bf16")
+        keep = modules(bad)
+        why = (
+            f"bf16 loses too much in {', '.join(keep)}: run them in fp32"
+            if keep
+            else "bf16 is clean for this model: no overflow, underflow or precision loss found"
+        )
+        return Recommendation("bf16", None, keep, (*notes, why), hardware)
+    bad16 = problems("fp16")
+    if not bad16:
+        clean = f"fp16 is clean for this model at loss scale {loss_scale:g}"
+        if broken:
+            clean = (
+                f"apart from the inf/NaN, fp16 adds no problem at loss scale {loss_scale:g} "
+                "(values after the inf/NaN could not be measured)"
+            )
+        return Recommendation("fp16", loss_scale, (), (*notes, clean), hardware)
+    where = ", ".join(sorted({f"{f.module} ({f.kind}, {f.phase})" for f in bad16}))
+    if all(f.kind == "precision-loss" for f in bad16):
+        keep = modules(bad16)
+        why = f"fp16 keeps its range here but loses too much precision in {where}: run them in fp32"
+        return Recommendation("fp16", loss_scale, keep, (*notes, why), hardware)
+    if bf16_runs:
+        keep = modules(problems("bf16"))
+        why = (
+            f"fp16 fails in {where}; bf16 has fp32's exponent range, so it does not overflow "
+            "or underflow there"
+        )
+        if keep:
+            why += f", but loses too much precision in {', '.join(keep)}: run them in fp32"
+        return Recommendation("bf16", None, keep, (*notes, why), hardware)
+    keep = modules(bad16, [m for m in input_overflow])
+    why = f"fp16 fails in {where} and this device has no bf16: run them in fp32"
+    return Recommendation("fp16", loss_scale, keep, (*notes, why), hardware)
