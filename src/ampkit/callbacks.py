@@ -1,7 +1,8 @@
 """Trainer callbacks: the hooks, and the built-in progress bar, metrics file and TensorBoard.
 
 A callback subclasses :class:`Callback` and overrides the hooks it needs. Hooks run on every
-rank; check ``trainer.is_main`` before writing anything.
+rank; check ``trainer.is_main`` before writing anything. A callback with a ``close()`` method
+has it called when ``fit`` ends, also on error.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from ampkit.engine import StepResult
     from ampkit.trainer import FitResult, Trainer
 
-__all__ = ["Callback", "MetricsFile", "ProgressBar", "TensorBoard"]
+__all__ = ["Callback", "MetricsFile", "NonFiniteMonitor", "ProgressBar", "TensorBoard"]
 
 
 class Callback:
@@ -172,3 +173,38 @@ class TensorBoard(Callback):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+
+
+class NonFiniteMonitor(Callback):
+    """Watch training for the first inf/NaN and name the module that made it.
+
+    Wraps :func:`ampkit.detect_nonfinite` around ``fit``: the checks of each step are resolved
+    at its end (one sync per step), ``monitor.first`` holds the first
+    :class:`~ampkit.Finding`, and with ``strict=True`` training stops with
+    :class:`~ampkit.NonFiniteError` at the step that produced it.
+    """
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self.probe: Any = None
+
+    @property
+    def first(self) -> Any:
+        """The first inf/NaN as a Finding, or None."""
+        return None if self.probe is None else self.probe.first
+
+    def on_fit_start(self, trainer: Trainer) -> None:
+        from ampkit.doctor import detect_nonfinite
+
+        self.probe = detect_nonfinite(trainer.raw_model, strict=self.strict).start()
+
+    def on_step_end(self, trainer: Trainer, result: StepResult) -> None:
+        self.probe.on_step()
+
+    def close(self) -> None:
+        """Remove the hooks (the Trainer calls this on success and on error)."""
+        if self.probe is not None:
+            self.probe.close()
+
+    def on_fit_end(self, trainer: Trainer, result: FitResult) -> None:
+        self.close()

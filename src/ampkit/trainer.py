@@ -114,6 +114,8 @@ class Trainer:
         callbacks: :class:`~ampkit.callbacks.Callback` objects.
         log_every: steps between logged metrics (one GPU sync each).
         metrics_file: write logged metrics here as JSON lines (rank 0).
+        keep_fp32: module names or types to run in fp32 inside autocast
+            (:func:`ampkit.keep_fp32`, e.g. ``ampkit doctor``'s recommendation).
         final_weights: write the final weights here in fp32 safetensors (rank 0; gathered
             from the shards under FSDP2).
         tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
@@ -153,6 +155,7 @@ class Trainer:
         log_every: int = 10,
         metrics_file: str | Path | None = None,
         final_weights: str | Path | None = None,
+        keep_fp32: Sequence[str | type[nn.Module]] = (),
         tokens_per_sample: int | None = None,
         scaler_options: dict[str, Any] | None = None,
     ) -> None:
@@ -209,6 +212,11 @@ class Trainer:
         self.callbacks: list[Callback] = [*([self.metrics] if self.metrics else []), *callbacks]
         self.log_every, self.tokens_per_sample = log_every, tokens_per_sample
         self.final_weights = Path(final_weights) if final_weights else None
+        self.fp32_islands = None
+        if keep_fp32:  # validated now, before any step; the hooks live as long as the model
+            from ampkit.keep_fp32 import keep_fp32 as make_islands
+
+            self.fp32_islands = make_islands(model, keep_fp32)
         self.state = TrainerState()
         self.notes: list[str] = []
         self.saved: list[str] = []

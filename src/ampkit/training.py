@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ampkit.callbacks import Callback, TensorBoard
+from ampkit.callbacks import Callback, NonFiniteMonitor, TensorBoard
 from ampkit.corpus import CorpusWindows, load_corpus
 from ampkit.distributed import launched_world_size
 from ampkit.errors import ConfigurationError
@@ -53,6 +53,8 @@ class TrainConfig:
         resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path.
         compile: ``torch.compile`` the model.
         strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
+        keep_fp32: module names of the GPT to run in fp32 under autocast.
+        detect_nonfinite: stop at the first inf/NaN and name the module that made it.
     """
 
     precision: str = "auto"
@@ -79,6 +81,8 @@ class TrainConfig:
     resume: str | None = None
     compile: bool = False
     strategy: str = "auto"
+    keep_fp32: tuple[str, ...] = ()
+    detect_nonfinite: bool = False
 
     def validate(self) -> None:
         """Raise one :class:`ConfigurationError` listing every invalid setting.
@@ -210,7 +214,9 @@ def train(
         callbacks=[
             *(_Forward(c) for c in callbacks),
             *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
+            *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
         ],
+        keep_fp32=config.keep_fp32,
         log_every=config.log_every,
         metrics_file=out / "metrics.jsonl" if out else None,
         final_weights=out / "model.safetensors" if out else None,

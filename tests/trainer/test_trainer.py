@@ -303,3 +303,46 @@ def test_resume_keeps_metric_rows_up_to_the_checkpoint(tmp_path):
     ).fit(dataset())
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5]
+
+
+def test_keep_fp32_runs_named_modules_in_fp32_under_autocast():
+    model = mlp()
+    seen = {}
+
+    def record(name):
+        def hook(module, inputs, output):
+            seen.setdefault(name, output.dtype)
+
+        return hook
+
+    model[2].register_forward_hook(record("head"))
+    model[0].register_forward_hook(record("first"))
+    make(model, max_steps=1, precision="bf16", keep_fp32=["2"]).fit(dataset())
+    assert seen == {"head": torch.float32, "first": torch.bfloat16}
+
+
+def test_keep_fp32_unknown_name_fails_before_training():
+    with pytest.raises(ConfigurationError, match="'3' is not a module"):
+        make(keep_fp32=["3"])
+
+
+def test_nonfinite_monitor_stops_at_the_step_and_names_the_module():
+    from ampkit.callbacks import NonFiniteMonitor
+
+    class BreaksAtStep3(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body, self.calls = mlp(), 0
+
+        def forward(self, x):
+            self.calls += 1
+            out = self.body(x)
+            return out / 0.0 if self.calls == 3 else out
+
+    monitor = NonFiniteMonitor(strict=True)
+    trainer = make(BreaksAtStep3(), max_steps=6, callbacks=[monitor])
+    with pytest.raises(ampkit.NonFiniteError, match="forward"):
+        trainer.fit(dataset())
+    assert trainer.step == 2  # steps 1 and 2 finished; step 3 produced the inf
+    assert monitor.first is not None and monitor.first.phase == "forward"
+    assert "body" not in monitor.first.module  # the division is in the root module's forward

@@ -89,6 +89,17 @@ def _positive_or_none(value: float) -> float | None:
     help="Launch N processes with torchrun (DDP); --batch-size is per process.",
 )
 @click.option(
+    "--keep-fp32",
+    multiple=True,
+    metavar="MODULE",
+    help="Run this module of the GPT in fp32 under autocast (repeatable), e.g. head.",
+)
+@click.option(
+    "--detect-nonfinite",
+    is_flag=True,
+    help="Stop at the first inf/NaN and name the module that produced it.",
+)
+@click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
 )
 def train(**options: Any) -> None:
@@ -159,18 +170,31 @@ def _launch_torchrun(nproc: int) -> int:
 
 
 def _progress_bar(total: int, enabled: bool) -> tuple[Any, Any]:
+    """A tqdm bar drawn from the first logged step on (so errors before training print alone)."""
     from tqdm import tqdm
 
-    bar = tqdm(total=total, unit="step", disable=not enabled, dynamic_ncols=True, leave=False)
+    class Bar:
+        bar: Any = None
+
+        def close(self) -> None:
+            if self.bar is not None:
+                self.bar.close()
+
+    holder = Bar()
 
     def on_step(metrics: Any) -> None:
-        postfix = {"loss": f"{metrics.loss:.3f}", "tok/s": f"{metrics.tokens_per_s:,.0f}"}
+        if not enabled:
+            return
+        if holder.bar is None:
+            holder.bar = tqdm(total=total, unit="step", dynamic_ncols=True, leave=False)
+        rate = metrics.tokens_per_s or metrics.samples_per_s
+        postfix = {"loss": f"{metrics.loss:.3f}", "tok/s": f"{rate:,.0f}"}
         if metrics.scale != 1.0:
             postfix["scale"] = f"{metrics.scale:g}"
-        bar.set_postfix(postfix, refresh=False)
-        bar.update(metrics.step - bar.n)
+        holder.bar.set_postfix(postfix, refresh=False)
+        holder.bar.update(metrics.step - holder.bar.n)
 
-    return bar, on_step
+    return holder, on_step
 
 
 def _render_summary(summary: Any) -> str:
