@@ -56,8 +56,11 @@ def gpt_workload(batch_size: int, seq_len: int) -> Workload:
 def mlp_workload(batch_size: int, width: int) -> Workload:
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Linear(width, width), torch.nn.GELU(), torch.nn.Linear(width, width),
-        torch.nn.GELU(), torch.nn.Linear(width, 10),
+        torch.nn.Linear(width, width),
+        torch.nn.GELU(),
+        torch.nn.Linear(width, width),
+        torch.nn.GELU(),
+        torch.nn.Linear(width, 10),
     )
     data = torch.randn(batch_size, width)
     labels = torch.randint(0, 10, (batch_size,))
@@ -110,7 +113,9 @@ def probe_time(size: int = 512) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--model", choices=["gpt", "mlp"], default="gpt")
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--rounds", type=int, default=40)
@@ -120,8 +125,19 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--probe-tolerance", type=float, default=0.25)
     parser.add_argument("--json", default=None, help="write the results here")
+    parser.add_argument(
+        "--timer",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: torch on one thread, timed by that thread's CPU time (time.thread_time), so "
+        "other processes on a shared machine do not inflate it",
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore", ampkit.PrecisionWarning)
+    clock = time.perf_counter
+    if args.timer == "cpu":
+        torch.set_num_threads(1)
+        clock = time.thread_time
 
     def workload() -> Workload:
         if args.model == "gpt":
@@ -143,9 +159,9 @@ def main() -> None:
         row = {}
         for name in order:
             w, step = variants[name]
-            start = time.perf_counter()
+            start = clock()
             step(w, r)
-            row[name] = time.perf_counter() - start
+            row[name] = clock() - start
         if r >= args.warmup:
             probes.append(p)
             for name in names:
@@ -159,6 +175,7 @@ def main() -> None:
     results = {
         "machine": probe(torch.device("cpu")).name,
         "threads": torch.get_num_threads(),
+        "timer": args.timer,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "model": args.model,
@@ -175,7 +192,10 @@ def main() -> None:
         )
         if precision != "fp32" and "fp32" in precisions:
             results["over_fp32"][precision] = ratio(f"ampkit {precision}", "ampkit fp32")
-    print(f"machine: {results['machine']}, {results['threads']} threads, torch {results['torch']}")
+    print(
+        f"machine: {results['machine']}, {results['threads']} threads, torch {results['torch']}, "
+        f"timer {args.timer}"
+    )
     print(f"model: {args.model}; rounds kept {len(keep)}/{args.rounds}")
     print("| variant | median step (ms) |")
     print("|---|---|")

@@ -326,9 +326,9 @@ class LossScaler:
             )
         found_inf = any(r.skipped for r in stepped)
         self._per_optimizer.clear()
-        self._record(found_inf)
+        self._apply_outcome(found_inf)
 
-    def _record(self, found_inf: bool) -> None:
+    def _apply_outcome(self, found_inf: bool) -> None:
         """Apply one iteration's outcome to the counters and the scale (host arithmetic only)."""
         self._steps += 1
         self._last_found_inf = found_inf
