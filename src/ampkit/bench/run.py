@@ -59,7 +59,8 @@ def _resolve_all(precisions: Sequence[str], device: torch.device) -> tuple[list[
             try:
                 policy = resolve_precision(spelled, device)
             except ConfigurationError as exc:
-                raise type(exc)(f"--precisions: {exc}") from exc
+                message = str(exc).removeprefix("precision: ")
+                raise type(exc)(f"--precisions: {message}") from exc
             policies.setdefault(policy.precision, policy)
     for warning in caught:
         if issubclass(warning.category, PrecisionWarning):
@@ -195,7 +196,8 @@ def run_bench(
     def batch_for(i: int, cl: bool) -> tuple[torch.Tensor, torch.Tensor]:
         key = (i, cl)
         if key not in cache:
-            cache.clear() if all(k[0] != i for k in cache) else None
+            if all(k[0] != i for k in cache):  # a new step: drop the previous step's batches
+                cache.clear()
             x, y = workload.batch(i)
             x, y = x.to(dev), y.to(dev)
             if cl:

@@ -90,7 +90,7 @@ def gpt_workload(
         loss=lambda m, x, y: m(x, y)[1],
         items_per_step=batch_size * seq_len,
         unit="tokens",
-        make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=2e-3, weight_decay=0.1),
+        make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1),
         description=(
             f"built-in GPT, {params:,} parameters ({n_layer} layers, width {n_embd}), "
             f"batch {batch_size} x {seq_len} tokens"
