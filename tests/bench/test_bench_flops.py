@@ -9,7 +9,9 @@ from ampkit.bench.flops import count_train_flops, gpt_train_flops, mfu, peak_flo
 from ampkit.models import GPT, GPTConfig
 
 
-@pytest.mark.parametrize(("layers", "width", "heads", "batch", "seq"), [(2, 64, 4, 2, 32), (1, 48, 3, 3, 20)])
+@pytest.mark.parametrize(
+    ("layers", "width", "heads", "batch", "seq"), [(2, 64, 4, 2, 32), (1, 48, 3, 3, 20)]
+)
 def test_gpt_formula_matches_flop_counter(layers, width, heads, batch, seq):
     torch.manual_seed(0)
     model = GPT(GPTConfig(block_size=seq, n_layer=layers, n_head=heads, n_embd=width))

@@ -122,7 +122,11 @@ def test_rest_between_bursts_is_taken():
     calls = itertools.count()
     start = time.perf_counter()
     run_interleaved(
-        {"a": lambda i: next(calls)}, rounds=3, warmup=0, probe=lambda: 1.0, burst_s=0.0,
+        {"a": lambda i: next(calls)},
+        rounds=3,
+        warmup=0,
+        probe=lambda: 1.0,
+        burst_s=0.0,
         rest_s=0.02,
     )
     assert time.perf_counter() - start >= 0.06

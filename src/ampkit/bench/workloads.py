@@ -80,8 +80,9 @@ def gpt_workload(
     corpus = load_corpus(max_bytes=max(500_000, 4 * batch_size * (seq_len + 1)))
     corpus.validate(batch_size, seq_len)
     config = GPTConfig(block_size=seq_len, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
-    torch.manual_seed(seed)
-    model = GPT(config)
+    with torch.random.fork_rng(devices=[]):  # seed the weights without touching the caller's RNG
+        torch.manual_seed(seed)
+        model = GPT(config)
     params = sum(p.numel() for p in model.parameters())
     return Workload(
         name="gpt",
@@ -123,8 +124,9 @@ class ConvNet(nn.Module):
 
 def convnet_workload(batch_size: int = 32, image_size: int = 32, *, seed: int = 0) -> Workload:
     """:class:`ConvNet` on random 3-channel images with a fixed labelling rule per step."""
-    torch.manual_seed(seed)
-    model = ConvNet()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = ConvNet()
 
     def batch(step: int) -> Batch:
         generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
