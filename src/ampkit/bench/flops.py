@@ -44,7 +44,7 @@ def gpt_train_flops(model: nn.Module, batch_size: int, seq_len: int) -> float:
     ``model`` must have ``config.n_layer`` and ``config.n_embd`` (the built-in
     :class:`~ampkit.models.GPT` does).
     """
-    config = model.config  # type: ignore[union-attr]
+    config: Any = getattr(model, "config")  # noqa: B009 (a GPTConfig; Module has no such attr)
     matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     tokens = batch_size * seq_len
     attention = 12 * config.n_layer * config.n_embd * seq_len

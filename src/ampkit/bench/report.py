@@ -246,7 +246,8 @@ class BenchReport:
         """The ``--json`` document: plain values; non-finite numbers become null."""
         data = asdict(self)
         data = {"schema": SCHEMA, **data}
-        return _finite(data)
+        clean: dict[str, Any] = _finite(data)
+        return clean
 
     def write_json(self, path: str | Path) -> None:
         """Write :meth:`to_dict` to ``path`` as indented JSON."""

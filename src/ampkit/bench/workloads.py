@@ -119,7 +119,8 @@ class ConvNet(nn.Module):
         self.head = nn.Linear(width_in, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x).mean(dim=(2, 3)))
+        out: torch.Tensor = self.head(self.features(x).mean(dim=(2, 3)))
+        return out
 
 
 def convnet_workload(batch_size: int = 32, image_size: int = 32, *, seed: int = 0) -> Workload:
@@ -152,12 +153,16 @@ def convnet_workload(batch_size: int = 32, image_size: int = 32, *, seed: int = 
 
 
 def _from_tuple(spec: str, made: tuple[object, ...]) -> Workload:
-    if len(made) != 3 or not isinstance(made[0], nn.Module):
+    if len(made) != 3:
         raise ConfigurationError(
             f"--model: {spec} returned a tuple of {len(made)} items. Return a Workload or "
             "(model, inputs, targets)."
         )
     model, inputs, targets = made
+    if not isinstance(model, nn.Module):
+        raise ConfigurationError(
+            f"--model: {spec} must return a torch.nn.Module first in (model, inputs, targets)."
+        )
     if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
         raise ConfigurationError(
             f"--model: {spec} must return tensors as inputs and targets in "
