@@ -27,7 +27,6 @@ import argparse
 import copy
 import json
 import platform
-import statistics
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -314,7 +313,8 @@ def main() -> None:
             f"probe spread {part['probe_spread']:.2f}x"
         )
         print(
-            "| variant | ran in | median step (ms) | vs hand-written, same precision | vs hand-written fp32 |"
+            "| variant | ran in | median step (ms) | vs hand-written, same precision "
+            "| vs hand-written fp32 |"
         )
         print("|---|---|---|---|---|")
         for name, row in part["variants"].items():
