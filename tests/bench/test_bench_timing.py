@@ -130,3 +130,16 @@ def test_rest_between_bursts_is_taken():
         rest_s=0.02,
     )
     assert time.perf_counter() - start >= 0.06
+
+
+def test_ratio_quartiles_from_kept_rounds():
+    from ampkit.bench.timing import Timings
+
+    t = Timings(
+        names=["a", "b"],
+        times={"a": [1.0, 2.0, 3.0, 4.0, 50.0], "b": [1.0] * 5},
+        probes=[1.0] * 6,
+        kept=[0, 1, 2, 3],
+    )
+    assert t.ratio_quartiles("a", "b") == pytest.approx((1.75, 3.25))
+    assert t.ratio("a", "b") == pytest.approx(2.5)

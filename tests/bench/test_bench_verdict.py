@@ -5,7 +5,7 @@ from __future__ import annotations
 from ampkit.bench.report import VariantResult, decide_verdict
 
 
-def variant(name, speedup, *, memory=None, loss=2.0, gap=0.0, compiled=False, cl=False):
+def variant(name, speedup, *, memory=None, loss=2.0, gap=0.0, compiled=False, cl=False, iqr=None):
     precision = name.split("+")[0]
     return VariantResult(
         name=name,
@@ -16,6 +16,7 @@ def variant(name, speedup, *, memory=None, loss=2.0, gap=0.0, compiled=False, cl
         throughput=1000 * speedup,
         speedup_vs_fp32=speedup,
         speedup_vs_fp32_twin=speedup,
+        speedup_vs_fp32_twin_iqr=iqr,
         memory_bytes=None,
         memory_vs_fp32=memory,
         losses=[3.0, loss],
@@ -93,3 +94,26 @@ def test_channels_last_speedup_is_not_credited_to_low_precision():
     v = decide_verdict([variant("fp32", 1.0), fp32_cl, bf16_cl], matmul_share=0.9, **CPU)
     assert v.pays_off is False
     assert "6.0x slower than fp32+channels_last" in v.text
+
+
+def test_noisy_speedup_is_inconclusive_not_a_claim():
+    v = decide_verdict(
+        [variant("fp32", 1.0), variant("bf16", 1.8, iqr=(0.6, 2.5))], matmul_share=0.9, **GPU
+    )
+    assert v.pays_off is None and "Inconclusive" in v.text and "0.60x to 2.50x" in v.text
+
+
+def test_noisy_slowdown_is_inconclusive_too():
+    v = decide_verdict(
+        [variant("fp32", 1.0), variant("bf16", 0.8, iqr=(0.5, 1.4))], matmul_share=0.9, **GPU
+    )
+    assert v.pays_off is None
+
+
+def test_tight_quartiles_keep_the_verdict():
+    v = decide_verdict(
+        [variant("fp32", 1.0), variant("bf16", 1 / 15, iqr=(1 / 16, 1 / 14))],
+        matmul_share=0.9,
+        **CPU,
+    )
+    assert v.pays_off is False

@@ -53,6 +53,7 @@ class VariantResult:
             is the baseline); None when fp32 was not measured.
         speedup_vs_fp32_twin: the same against the fp32 variant with the same compile and
             channels-last settings: what the precision alone buys. The verdict uses it.
+        speedup_vs_fp32_twin_iqr: lower and upper quartile of those per-round ratios.
         memory_bytes: CUDA: peak allocated during a step as if alone; CPU: bytes saved for
             backward (None when they could not be measured, e.g. under ``torch.compile``).
         memory_vs_fp32: ``memory_bytes`` over the fp32 twin's (same compile/channels-last).
@@ -71,6 +72,7 @@ class VariantResult:
     throughput: float
     speedup_vs_fp32: float | None
     speedup_vs_fp32_twin: float | None
+    speedup_vs_fp32_twin_iqr: tuple[float, float] | None
     memory_bytes: int | None
     memory_vs_fp32: float | None
     losses: list[float]
@@ -153,6 +155,19 @@ def decide_verdict(
                 f" Its loss after {len(best.losses)} steps differs from fp32's by {gap:+.3f}; "
                 "check accuracy before switching."
             )
+    spread = best.speedup_vs_fp32_twin_iqr
+    if spread is not None and (
+        (speedup >= PAYS_OFF_SPEEDUP and spread[0] < 1.0)
+        or (speedup < 1.0 and spread[1] > PAYS_OFF_SPEEDUP)
+    ):
+        return Verdict(
+            None,
+            f"Inconclusive: {best.name} measured {_times(speedup, twin)} at the median, but "
+            f"the per-round ratios spread from {spread[0]:.2f}x to {spread[1]:.2f}x (quartiles), "
+            "so the machine's noise is as large as the effect. Run again with more --steps, "
+            "on a quieter machine.",
+            best.name,
+        )
     if speedup >= PAYS_OFF_SPEEDUP:
         return Verdict(
             True,

@@ -280,6 +280,11 @@ def _build_variant(
     )
 
 
+def _inverse(quartiles: tuple[float, float]) -> tuple[float, float]:
+    """Quartiles of ``t_v / t_twin`` as quartiles of the speed-up ``t_twin / t_v``."""
+    return 1 / quartiles[1], 1 / quartiles[0]
+
+
 def _report(
     workload: Workload,
     variants: list[_Variant],
@@ -321,6 +326,7 @@ def _report(
                 throughput=workload.items_per_step / median,
                 speedup_vs_fp32=timings.ratio("fp32", v.name),
                 speedup_vs_fp32_twin=timings.ratio(twin.name, v.name),
+                speedup_vs_fp32_twin_iqr=_inverse(timings.ratio_quartiles(v.name, twin.name)),
                 memory_bytes=v.memory_bytes,
                 memory_vs_fp32=memory_ratio,
                 losses=losses[v.name],

@@ -170,6 +170,22 @@ class Timings:
         """Median paired ratio ``t[numerator] / t[denominator]`` over the kept rounds."""
         return paired_ratio(self.times[numerator], self.times[denominator], self.kept)
 
+    def ratio_quartiles(self, numerator: str, denominator: str) -> tuple[float, float]:
+        """Lower and upper quartile of the paired ratios over the kept rounds.
+
+        With one kept round both are that round's ratio.
+
+        Raises:
+            ConfigurationError: no round was kept.
+        """
+        ratios = [self.times[numerator][k] / self.times[denominator][k] for k in self.kept]
+        if not ratios:
+            raise ConfigurationError("timings: no rounds were kept.")
+        if len(ratios) == 1:
+            return ratios[0], ratios[0]
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+        return q1, q3
+
 
 def run_interleaved(
     steps: Mapping[str, Callable[[int], None]],
