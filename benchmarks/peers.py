@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import platform
 import warnings
@@ -285,6 +286,9 @@ def versions() -> dict[str, str]:
         "auto picks": ampkit.resolve_precision("auto", "cpu").precision,
         "ampkit.Trainer": "included" if hasattr(ampkit, "Trainer") else "absent in this ampkit",
     }
+
+
+print = functools.partial(print, flush=True)  # noqa: A001 (tables appear as parts finish)
 
 
 def main() -> None:
