@@ -302,7 +302,16 @@ def main() -> None:
     parser.add_argument("--probe-tolerance", type=float, default=0.25)
     parser.add_argument("--skip", choices=["steps", "e2e"], default=None)
     parser.add_argument("--json", default=None, help="also write the results here")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's). On a shared 2-core machine, 1 thread keeps "
+        "a neighbour's load from stalling every matmul at a thread barrier.",
+    )
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore", module="lightning")
     warnings.filterwarnings("ignore", module="accelerate")
     workload = gpt_workload(batch_size=16, seq_len=128)
