@@ -141,3 +141,37 @@ def test_invalid_settings(kwargs, needle):
 def test_unknown_precision_names_the_flag():
     with pytest.raises(ConfigurationError, match="--precisions: unknown precision 'bf61'"):
         run_bench("gpt", ["bf61"], device="cpu", **FAST)
+
+
+def test_few_steady_rounds_are_flagged():
+    import itertools
+
+    probes = itertools.cycle([1.0, 1.0, 5.0, 5.0])  # the machine keeps changing speed
+    report = run_bench(
+        tiny_gpt(),
+        ["fp32"],
+        device="cpu",
+        steps=6,
+        warmup=1,
+        probe_tolerance=0.25,
+        burst_s=None,
+        probe=lambda: next(probes),
+    )
+    assert 0 < report.rounds_kept < 3
+    assert any("steady machine" in n for n in report.notes)
+    assert report.matmul_share is None  # a custom probe says nothing about matmul speed
+
+
+def test_steady_run_has_no_such_note():
+    report = run_bench(
+        tiny_gpt(),
+        ["fp32"],
+        device="cpu",
+        steps=4,
+        warmup=1,
+        probe_tolerance=0.25,
+        burst_s=None,
+        probe=lambda: 1.0,
+    )
+    assert report.rounds_kept == 4
+    assert not any("steady machine" in n for n in report.notes)

@@ -300,7 +300,7 @@ class BenchReport:
         lines = [
             f"model   {self.description}",
             f"device  {self.device_name} ({self.device}), torch {self.torch_version}, "
-            f"{self.threads} threads",
+            f"{self.threads} thread{'s' if self.threads != 1 else ''}",
             f"timing  {self.steps} interleaved steps per variant after {self.warmup} warm-up; "
             f"{self.rounds_kept}/{self.steps} rounds kept (probe tolerance "
             f"{self.probe_tolerance:.0%}, probe spread {self.probe_spread:.2f}x)",

@@ -24,7 +24,8 @@ from ampkit.bench.timing import Timings, matmul_probe, run_interleaved
 from ampkit.bench.workloads import Workload, load_workload
 from ampkit.engine import MixedPrecision
 from ampkit.errors import ConfigurationError, PrecisionWarning
-from ampkit.hardware import HardwareInfo, probe
+from ampkit.hardware import HardwareInfo
+from ampkit.hardware import probe as probe_hardware
 from ampkit.metrics import peak_memory
 from ampkit.policy import Policy, resolve_device, resolve_precision
 
@@ -140,6 +141,7 @@ def run_bench(
     rest_s: float = 5.0,
     seed: int = 0,
     on_round: Callable[[int, int], None] | None = None,
+    probe: Callable[[], float] | None = None,
 ) -> BenchReport:
     """Benchmark ``model`` in each precision, interleaved step by step; return the report.
 
@@ -160,6 +162,8 @@ def run_bench(
         burst_s, rest_s: rest ``rest_s`` seconds after every ``burst_s`` seconds of rounds.
         seed: seeds the variant order.
         on_round: ``on_round(done, total)`` after every round.
+        probe: a drift probe returning seconds (default: a fixed CPU matmul, which also
+            gives the CPU's matmul speed for the verdict; a custom probe does not).
 
     Raises:
         ConfigurationError: invalid settings, an unknown precision or model spec,
@@ -168,7 +172,7 @@ def run_bench(
     """
     _validate(steps, warmup, batch_size, probe_tolerance)
     dev = resolve_device(device)
-    hardware = probe(dev)
+    hardware = probe_hardware(dev)
     requested = list(precisions) if precisions else default_precisions(hardware)
     policies, notes = _resolve_all(requested, dev)
     with torch.random.fork_rng(devices=[]):
@@ -234,7 +238,7 @@ def run_bench(
     def prepare(name: str, i: int) -> None:  # untimed: batch to the device before the clock
         batch_for(i, by_name[name].channels_last)
 
-    probe_fn = matmul_probe(_PROBE_SIZE, _PROBE_REPEATS)
+    probe_fn = probe if probe is not None else matmul_probe(_PROBE_SIZE, _PROBE_REPEATS)
     timings = run_interleaved(
         {v.name: make_step(v) for v in variants},
         rounds=steps,
@@ -248,7 +252,9 @@ def run_bench(
         seed=seed,
         on_round=on_round,
     )
-    return _report(workload, variants, timings, dev, hardware, flops, notes, steps, warmup)
+    return _report(
+        workload, variants, timings, dev, hardware, flops, notes, steps, warmup, probe is None
+    )
 
 
 def _build_variant(
@@ -295,6 +301,7 @@ def _report(
     notes: list[str],
     steps: int,
     warmup: int,
+    matmul_probe_used: bool,
 ) -> BenchReport:
     losses = {v.name: [float(t) for t in v.losses] for v in variants}
     base = next(v for v in variants if v.name == "fp32")
@@ -343,12 +350,20 @@ def _report(
         )
     else:
         probe_median = statistics.median(timings.probes)
-        matmul_rate = 2 * _PROBE_SIZE**3 * _PROBE_REPEATS / probe_median
+        matmul_rate = (
+            2 * _PROBE_SIZE**3 * _PROBE_REPEATS / probe_median if matmul_probe_used else None
+        )
         native = hardware.cpu_native_bf16
     share = None
     if flops is not None and matmul_rate:
         share = min(1.0, flops / base_median / matmul_rate)
     rss = None if cuda else peak_memory(dev)[0]
+    if len(timings.kept) < max(3, steps // 2):
+        notes.append(
+            f"only {len(timings.kept)} of {steps} rounds ran on a steady machine (the probe "
+            "moved in the others); treat the times as rough, or rerun with more --steps on a "
+            "quieter machine."
+        )
     return BenchReport(
         model=workload.name,
         description=workload.description or workload.name,
