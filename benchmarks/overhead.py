@@ -1,10 +1,11 @@
 """MixedPrecision vs the hand-written torch.autocast loop, and low precision vs fp32.
 
-Variants are run interleaved, one step each per round, in a shuffled order, so a machine that
+Variants are run interleaved, one step each per round, in a rotated order, so a machine that
 slows down under sustained load (these 2-core CPUs slow 3-10x after about a minute) affects
-every variant of a round alike. A fixed matmul probe is timed before each round; rounds where
-it moved more than ``--probe-tolerance`` from its median are dropped. Reported: medians of
-per-round ratios, never one absolute time.
+every variant of a round alike. A fixed matmul probe is timed between rounds; rounds next to
+a probe that moved more than ``--probe-tolerance`` from its median are dropped. Reported:
+medians of per-round ratios, never one absolute time. The timing machinery is
+``ampkit.bench.timing`` (shared with ``ampkit bench`` and ``benchmarks/peers.py``).
 
     python benchmarks/overhead.py                      # GPT, fp32 and bf16, 40 rounds
     python benchmarks/overhead.py --precisions fp32,bf16,fp16 --rounds 20 --json out.json
@@ -16,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import random
-import statistics
 import time
 import warnings
 from collections.abc import Callable
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 import ampkit
+from ampkit.bench.timing import matmul_probe, run_interleaved
 from ampkit.corpus import load_corpus
 from ampkit.hardware import probe
 from ampkit.models import GPT, GPTConfig
@@ -104,14 +104,6 @@ def ampkit_step(precision: str, max_norm: float) -> Callable[[Workload, int], No
     return step
 
 
-def probe_time(size: int = 512) -> float:
-    a = torch.randn(size, size)
-    start = time.perf_counter()
-    for _ in range(4):
-        a @ a
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -148,29 +140,21 @@ def main() -> None:
     for precision in args.precisions.split(","):
         variants[f"hand-written {precision}"] = (workload(), hand_written_step(precision, 1.0))
         variants[f"ampkit {precision}"] = (workload(), ampkit_step(precision, 1.0))
-    names = list(variants)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    probes: list[float] = []
-    rng = random.Random(0)
-    for r in range(args.warmup + args.rounds):
-        p = probe_time()
-        order = names[:]
-        rng.shuffle(order)
-        row = {}
-        for name in order:
-            w, step = variants[name]
-            start = clock()
-            step(w, r)
-            row[name] = clock() - start
-        if r >= args.warmup:
-            probes.append(p)
-            for name in names:
-                times[name].append(row[name])
-    median_probe = statistics.median(probes)
-    keep = [i for i, p in enumerate(probes) if abs(p / median_probe - 1) <= args.probe_tolerance]
 
-    def ratio(a: str, b: str) -> float:
-        return statistics.median(times[a][i] / times[b][i] for i in keep)
+    def make_step(w: Workload, step: Callable[[Workload, int], None]) -> Callable[[int], None]:
+        return lambda i: step(w, i)
+
+    timings = run_interleaved(
+        {name: make_step(w, step) for name, (w, step) in variants.items()},
+        rounds=args.rounds,
+        warmup=args.warmup,
+        clock=clock,
+        probe=matmul_probe(),
+        tolerance=args.probe_tolerance,
+    )
+    names = timings.names
+    keep = timings.kept
+    ratio = timings.ratio
 
     results = {
         "machine": probe(torch.device("cpu")).name,
@@ -181,7 +165,7 @@ def main() -> None:
         "model": args.model,
         "rounds_kept": len(keep),
         "rounds": args.rounds,
-        "median_step_ms": {n: 1000 * statistics.median(times[n][i] for i in keep) for n in names},
+        "median_step_ms": {n: 1000 * timings.median(n) for n in names},
         "ampkit_over_hand_written": {},
         "over_fp32": {},
     }

@@ -13,6 +13,7 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DataError",
+    "MissingDependencyError",
     "NonFiniteError",
     "NonFiniteTrainingError",
     "PrecisionWarning",
@@ -74,3 +75,9 @@ class NonFiniteError(AmpkitError, RuntimeError):
 
 class PrecisionWarning(UserWarning):
     """A precision choice that works but costs speed or accuracy (e.g. fp16 on a CPU)."""
+
+
+class MissingDependencyError(AmpkitError, ImportError):
+    """An optional feature needs a package that is not installed (the message names the extra)."""
+
+    exit_code = 2

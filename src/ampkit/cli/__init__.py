@@ -39,10 +39,12 @@ def main() -> None:
       ampkit train --precision bf16 --steps 100 --out runs/bf16
       ampkit formats                    # fp32/fp16/bf16/fp8 ranges, computed from torch
       ampkit doctor                     # which layers break fp16, and what to train in
+      ampkit bench                      # is mixed precision faster for this model here? measured
     """
 
 
 def _register() -> None:
+    from ampkit.cli.bench_cmd import bench
     from ampkit.cli.doctor_cmd import doctor
     from ampkit.cli.formats_cmd import formats
     from ampkit.cli.lint_cmd import lint
@@ -52,6 +54,7 @@ def _register() -> None:
     main.add_command(formats)
     main.add_command(lint)
     main.add_command(doctor)
+    main.add_command(bench)
 
 
 _register()

@@ -1,0 +1,381 @@
+"""The benchmark's result: per-variant numbers, the verdict, and how they are shown.
+
+:class:`BenchReport` is plain data. :meth:`BenchReport.render` draws the terminal table,
+:meth:`BenchReport.to_dict` is the ``--json`` document (schema ``ampkit.bench/1``) and
+:func:`save_plot` draws ``--plot``. :func:`decide_verdict` is the plain-language answer to
+"does mixed precision pay off for this model on this machine", as a pure function of the
+measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ampkit.errors import MissingDependencyError
+
+__all__ = [
+    "SCHEMA",
+    "BenchReport",
+    "VariantResult",
+    "Verdict",
+    "decide_verdict",
+    "save_plot",
+]
+
+#: Identifies the layout of :meth:`BenchReport.to_dict`; bumped when a field changes meaning.
+SCHEMA = "ampkit.bench/1"
+
+#: A low precision "pays off" when it is at least this much faster than fp32 (median ratio).
+PAYS_OFF_SPEEDUP = 1.10
+#: Below this share of the fp32 step spent in matrix multiplication, a model is called
+#: elementwise- or overhead-bound: faster matmuls cannot speed it up much.
+MATMUL_BOUND_SHARE = 0.3
+#: A final loss further than this (relative) from fp32's is flagged.
+LOSS_GAP_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class VariantResult:
+    """Measurements of one variant (a precision, optionally compiled or channels-last).
+
+    Attributes:
+        name: ``bf16``, ``bf16+compile``, ``fp32+channels_last``, ...
+        precision: ``fp32``, ``fp16`` or ``bf16``.
+        compiled: trained through ``torch.compile``.
+        channels_last: model and 4-D inputs in channels-last memory format.
+        median_step_s: median seconds per training step over the kept rounds.
+        throughput: items (``unit`` of the report) per second at the median step time.
+        speedup_vs_fp32: median over kept rounds of ``t_fp32 / t_variant`` (eager fp32
+            is the baseline); None when fp32 was not measured.
+        speedup_vs_fp32_twin: the same against the fp32 variant with the same compile and
+            channels-last settings: what the precision alone buys. The verdict uses it.
+        speedup_vs_fp32_twin_iqr: lower and upper quartile of those per-round ratios.
+        memory_bytes: CUDA: peak allocated during a step as if alone; CPU: bytes saved for
+            backward (None when they could not be measured, e.g. under ``torch.compile``).
+        memory_vs_fp32: ``memory_bytes`` over the fp32 twin's (same compile/channels-last).
+        losses: training loss of every step, warm-up included (same batches for all variants).
+        final_loss: the loss of the last step.
+        loss_gap_vs_fp32: ``final_loss`` minus the fp32 twin's.
+        mfu: model FLOPs utilisation against the device's dense peak (CUDA only).
+        reason: the policy's one-line reason for this precision on this hardware.
+    """
+
+    name: str
+    precision: str
+    compiled: bool
+    channels_last: bool
+    median_step_s: float
+    throughput: float
+    speedup_vs_fp32: float | None
+    speedup_vs_fp32_twin: float | None
+    speedup_vs_fp32_twin_iqr: tuple[float, float] | None
+    memory_bytes: int | None
+    memory_vs_fp32: float | None
+    losses: list[float]
+    final_loss: float
+    loss_gap_vs_fp32: float | None
+    mfu: float | None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether mixed precision pays off, and why, in one paragraph.
+
+    Attributes:
+        pays_off: True / False, or None when no low precision was measured against fp32.
+        text: the plain-language explanation shown under the table.
+        best: the fastest low-precision variant, if any.
+    """
+
+    pays_off: bool | None
+    text: str
+    best: str | None = None
+
+
+def _times(speedup: float, twin: str) -> str:
+    if speedup >= 1:
+        return f"{speedup:.2f}x as fast as {twin}"
+    return f"{1 / speedup:.1f}x slower than {twin}"
+
+
+def decide_verdict(
+    variants: list[VariantResult],
+    *,
+    device_type: str,
+    device_name: str,
+    native_low_precision: bool | None,
+    matmul_share: float | None,
+) -> Verdict:
+    """Say whether mixed precision pays off, from measured speed-ups, memory and losses.
+
+    Args:
+        variants: the measured variants; the eager ``fp32`` one is the baseline.
+        device_type: ``cpu`` or ``cuda``.
+        device_name: the CPU or GPU model, for the explanation.
+        native_low_precision: whether the device has native bf16/fp16 arithmetic (None: unknown).
+        matmul_share: share of the fp32 step that its matmul FLOPs take at the device's
+            measured (CPU) or peak (CUDA) fp32 matmul speed; None when unknown.
+    """
+    low = [v for v in variants if v.precision != "fp32" and v.speedup_vs_fp32_twin is not None]
+    if not low:
+        return Verdict(
+            None,
+            "Mixed precision was not measured: add a low precision, e.g. "
+            "--precisions fp32,bf16, to compare it with fp32.",
+        )
+    best = max(low, key=lambda v: v.speedup_vs_fp32_twin or 0.0)
+    speedup = best.speedup_vs_fp32_twin or 0.0
+    twin = "fp32" + best.name[len(best.precision) :]
+    memory = (
+        f", and needs {best.memory_vs_fp32:.2f}x {twin}'s memory"
+        if best.memory_vs_fp32 is not None
+        else ""
+    )
+    loss_note = ""
+    fp32 = next(
+        (
+            v
+            for v in variants
+            if v.precision == "fp32"
+            and (v.compiled, v.channels_last) == (best.compiled, best.channels_last)
+        ),
+        None,
+    )
+    gap = best.loss_gap_vs_fp32
+    if fp32 is not None and gap is not None and math.isfinite(fp32.final_loss):
+        if not math.isfinite(best.final_loss) or abs(gap) > LOSS_GAP_TOLERANCE * abs(
+            fp32.final_loss
+        ):
+            loss_note = (
+                f" Its loss after {len(best.losses)} steps differs from fp32's by {gap:+.3f}; "
+                "check accuracy before switching."
+            )
+    spread = best.speedup_vs_fp32_twin_iqr
+    if spread is not None and (
+        (speedup >= PAYS_OFF_SPEEDUP and spread[0] < 1.0)
+        or (speedup < 1.0 and spread[1] > PAYS_OFF_SPEEDUP)
+    ):
+        return Verdict(
+            None,
+            f"Inconclusive: {best.name} measured {_times(speedup, twin)} at the median, but "
+            f"the per-round ratios spread from {spread[0]:.2f}x to {spread[1]:.2f}x (quartiles), "
+            "so the machine's noise is as large as the effect. Run again with more --steps, "
+            "on a quieter machine.",
+            best.name,
+        )
+    if speedup >= PAYS_OFF_SPEEDUP:
+        return Verdict(
+            True,
+            f"Mixed precision pays off here: {best.name} is {_times(speedup, twin)}{memory}."
+            + loss_note,
+            best.name,
+        )
+    head = (
+        f"Mixed precision does not pay off here: the fastest low precision, {best.name}, is "
+        f"{_times(speedup, twin)} (median of paired per-step ratios){memory}."
+    )
+    if device_type == "cpu" and native_low_precision is False:
+        why = (
+            f" Why: this CPU ({device_name}) has no native bf16 or fp16 arithmetic (no "
+            "AVX512-BF16, AVX512-FP16 or AMX), so every low-precision matmul is emulated with "
+            "conversions around fp32 math. Train in fp32, which --precision auto picks here."
+        )
+    elif matmul_share is not None and matmul_share < MATMUL_BOUND_SHARE:
+        why = (
+            f" Why: the model is too small or elementwise-bound: its matrix multiplications "
+            f"would take only {matmul_share:.0%} of the fp32 step at this device's fp32 matmul "
+            "speed; the rest (elementwise ops, normalisation, the optimizer, launch overhead) "
+            "does not get faster in low precision. Larger batches or wider layers shift the "
+            "balance."
+        )
+    else:
+        why = (
+            " Why: the step is not limited by matmul throughput on this device, so the "
+            "conversions low precision adds cost more than its faster matmuls save."
+        )
+    if best.memory_vs_fp32 is not None and best.memory_vs_fp32 <= 0.8:
+        why += " It still saves memory, which matters if fp32 does not fit."
+    return Verdict(False, head + why + loss_note, best.name)
+
+
+@dataclass(kw_only=True)
+class BenchReport:
+    """Everything one ``ampkit bench`` run measured.
+
+    Attributes:
+        model: the ``--model`` value; ``description`` its shape.
+        unit: what throughput counts (``tokens`` or ``samples``).
+        device, device_name: where it ran.
+        torch_version, python_version, threads: the software and CPU threads.
+        steps, warmup: timed rounds and untimed warm-up rounds per variant.
+        rounds_kept: timed rounds kept after dropping those where the probe moved.
+        probe_tolerance: the relative probe movement that drops a round.
+        probe_spread: max/min probe time over the run (1.0 is a perfectly steady machine).
+        memory_kind: what ``memory_bytes`` measures on this device.
+        peak_rss_bytes: the process's peak RSS (CPU; covers every variant together).
+        flops_per_step: model FLOPs of one training step (None when unknown).
+        matmul_share: see :func:`decide_verdict`.
+        variants: per-variant results, in the order run.
+        verdict: the plain-language answer.
+        notes: warnings met while setting up (e.g. fp16 on a CPU is emulated).
+    """
+
+    model: str
+    description: str
+    unit: str
+    device: str
+    device_name: str
+    torch_version: str
+    python_version: str
+    threads: int
+    steps: int
+    warmup: int
+    rounds_kept: int
+    probe_tolerance: float
+    probe_spread: float
+    memory_kind: str
+    peak_rss_bytes: int | None
+    flops_per_step: float | None
+    matmul_share: float | None
+    variants: list[VariantResult]
+    verdict: Verdict
+    notes: list[str] = field(default_factory=list)
+
+    def variant(self, name: str) -> VariantResult:
+        """The result named ``name``.
+
+        Raises:
+            KeyError: no such variant.
+        """
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document: plain values; non-finite numbers become null."""
+        data = asdict(self)
+        data = {"schema": SCHEMA, **data}
+        clean: dict[str, Any] = _finite(data)
+        return clean
+
+    def write_json(self, path: str | Path) -> None:
+        """Write :meth:`to_dict` to ``path`` as indented JSON."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    def render(self) -> str:
+        """The terminal table, the header lines and the verdict."""
+        cuda = self.device.startswith("cuda")
+        header = [
+            "variant",
+            "step ms",
+            f"{self.unit}/s",
+            "vs fp32",
+            _memory_header(cuda),
+            "loss",
+            "gap",
+        ]
+        if cuda:
+            header.append("MFU")
+        rows = [header]
+        for v in self.variants:
+            row = [
+                v.name,
+                f"{1000 * v.median_step_s:.1f}",
+                f"{v.throughput:,.0f}",
+                "-" if v.speedup_vs_fp32 is None else f"{v.speedup_vs_fp32:.2f}x",
+                _mib(v.memory_bytes),
+                f"{v.final_loss:.4f}",
+                "-" if v.loss_gap_vs_fp32 is None else f"{v.loss_gap_vs_fp32:+.4f}",
+            ]
+            if cuda:
+                row.append("-" if v.mfu is None else f"{v.mfu:.1%}")
+            rows.append(row)
+        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+        lines = [
+            f"model   {self.description}",
+            f"device  {self.device_name} ({self.device}), torch {self.torch_version}, "
+            f"{self.threads} thread{'s' if self.threads != 1 else ''}",
+            f"timing  {self.steps} interleaved steps per variant after {self.warmup} warm-up; "
+            f"{self.rounds_kept}/{self.steps} rounds kept (probe tolerance "
+            f"{self.probe_tolerance:.0%}, probe spread {self.probe_spread:.2f}x)",
+            "",
+        ]
+        for i, row in enumerate(rows):
+            cells = [row[0].ljust(widths[0])] + [
+                c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+            ]
+            lines.append("  ".join(cells).rstrip())
+            if i == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        lines.append("")
+        lines.append(f"memory: {self.memory_kind}")
+        if self.peak_rss_bytes is not None:
+            lines.append(
+                f"        process peak RSS {_mib(self.peak_rss_bytes)} (all variants together)"
+            )
+        lines.append("vs fp32: median over rounds of fp32 step time / variant step time")
+        lines.extend(f"note: {n}" for n in self.notes)
+        lines.append("")
+        lines.append(self.verdict.text)
+        return "\n".join(lines)
+
+
+def _memory_header(cuda: bool) -> str:
+    return "peak mem" if cuda else "saved for bwd"
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:,.1f} MiB"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def save_plot(report: BenchReport, path: str | Path) -> None:
+    """Draw step time and memory per variant, and the loss curves, into a PNG.
+
+    Uses matplotlib's object API (no pyplot), so no global backend or figure state changes.
+
+    Raises:
+        MissingDependencyError: matplotlib is not installed (``pip install 'ampkit[bench]'``).
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise MissingDependencyError(
+            "--plot: drawing the plot needs matplotlib, which is not installed. "
+            "Install it with: pip install 'ampkit[bench]'"
+        ) from exc
+    names = [v.name for v in report.variants]
+    fig = Figure(figsize=(13, 4), layout="constrained")
+    ax_time, ax_mem, ax_loss = fig.subplots(1, 3)
+    ax_time.bar(names, [1000 * v.median_step_s for v in report.variants], color="tab:blue")
+    ax_time.set_ylabel("median step time (ms)")
+    ax_time.set_title("step time")
+    mem = [(v.memory_bytes or 0) / 2**20 for v in report.variants]
+    ax_mem.bar(names, mem, color="tab:orange")
+    ax_mem.set_ylabel("MiB")
+    ax_mem.set_title(report.memory_kind, fontsize=8)
+    for ax in (ax_time, ax_mem):
+        ax.tick_params(axis="x", labelrotation=30)
+    for v in report.variants:
+        ax_loss.plot(range(1, len(v.losses) + 1), v.losses, label=v.name)
+    ax_loss.set_xlabel("step")
+    ax_loss.set_ylabel("training loss")
+    ax_loss.set_title("loss (same batches for every variant)")
+    ax_loss.legend(fontsize=8)
+    fig.suptitle(f"ampkit bench: {report.description} on {report.device_name}", fontsize=9)
+    fig.savefig(str(path), dpi=110)

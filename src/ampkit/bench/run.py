@@ -1,0 +1,398 @@
+"""``run_bench``: time, measure and compare precisions on one model, interleaved.
+
+Per variant (a precision, optionally compiled and/or channels-last): a deep copy of the same
+initial weights, its own optimizer and :class:`~ampkit.MixedPrecision` engine, trained on the
+same batches. Rounds run one step of every variant (:mod:`ampkit.bench.timing`); memory is
+measured on the last warm-up step (:mod:`ampkit.bench.memory`), so timed steps carry no hooks.
+"""
+
+from __future__ import annotations
+
+import copy
+import platform
+import statistics
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ampkit.bench.flops import count_train_flops, mfu, peak_flops
+from ampkit.bench.memory import cuda_step_peak_bytes, saved_tensor_bytes, state_bytes
+from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
+from ampkit.bench.timing import Timings, matmul_probe, run_interleaved
+from ampkit.bench.workloads import Workload, load_workload
+from ampkit.engine import MixedPrecision
+from ampkit.errors import ConfigurationError, PrecisionWarning
+from ampkit.hardware import HardwareInfo
+from ampkit.hardware import probe as probe_hardware
+from ampkit.metrics import peak_memory
+from ampkit.policy import Policy, resolve_device, resolve_precision
+
+__all__ = ["default_precisions", "run_bench"]
+
+_PROBE_SIZE = 256
+_PROBE_REPEATS = 8
+
+
+def default_precisions(hardware: HardwareInfo) -> list[str]:
+    """fp32 plus the precision ``auto`` picks on ``hardware``.
+
+    Where ``auto`` picks fp32 (no fast low precision), the low precision a user would try
+    (bf16, or fp16 on a GPU without bf16) is measured too, so the verdict rests on a
+    measurement rather than on the hardware table.
+    """
+    chosen = resolve_precision("auto", hardware=hardware).precision
+    if chosen != "fp32":
+        return ["fp32", chosen]
+    if hardware.cuda_capability is not None and not hardware.cuda_bf16:
+        return ["fp32", "fp16"]
+    return ["fp32", "bf16"]
+
+
+def _resolve_all(precisions: Sequence[str], device: torch.device) -> tuple[list[Policy], list[str]]:
+    """Policies for ``precisions`` (fp32 first, duplicates dropped) and the warnings met."""
+    notes: list[str] = []
+    policies: dict[str, Policy] = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PrecisionWarning)
+        for spelled in ["fp32", *precisions]:
+            try:
+                policy = resolve_precision(spelled, device)
+            except ConfigurationError as exc:
+                message = str(exc).removeprefix("precision: ")
+                raise type(exc)(f"--precisions: {message}") from exc
+            policies.setdefault(policy.precision, policy)
+    for warning in caught:
+        if issubclass(warning.category, PrecisionWarning):
+            notes.append(str(warning.message))
+    if "fp32" not in [p.strip().lower() for p in precisions]:
+        notes.append("fp32 was added as the baseline every speed-up is measured against.")
+    return list(policies.values()), notes
+
+
+def _validate(steps: int, warmup: int, batch_size: int | None, tolerance: float) -> None:
+    problems = [
+        f"--{flag} must be {rule}, got {value!r}"
+        for flag, value, ok, rule in [
+            ("steps", steps, isinstance(steps, int) and steps >= 1, "an integer >= 1"),
+            (
+                "warmup",
+                warmup,
+                isinstance(warmup, int) and warmup >= 1,
+                "an integer >= 1 (the last warm-up step measures memory)",
+            ),
+            (
+                "batch-size",
+                batch_size,
+                batch_size is None or (isinstance(batch_size, int) and batch_size >= 1),
+                "an integer >= 1",
+            ),
+            ("probe-tolerance", tolerance, tolerance > 0, "a positive number"),
+        ]
+        if not ok
+    ]
+    if problems:
+        raise ConfigurationError("invalid settings: " + "; ".join(problems) + ".")
+
+
+@dataclass
+class _Variant:
+    name: str
+    policy: Policy
+    compiled: bool
+    channels_last: bool
+    model: torch.nn.Module
+    forward: torch.nn.Module | Callable[..., object]
+    optimizer: torch.optim.Optimizer
+    engine: MixedPrecision
+    losses: list[torch.Tensor]
+    memory_bytes: int | None = None
+
+
+def _variant_specs(
+    policies: list[Policy], compiled: bool, channels_last: bool
+) -> list[tuple[str, Policy, bool, bool]]:
+    specs = []
+    for policy in policies:
+        for c in (False, True) if compiled else (False,):
+            for cl in (False, True) if channels_last else (False,):
+                name = (
+                    policy.precision + ("+compile" if c else "") + ("+channels_last" if cl else "")
+                )
+                specs.append((name, policy, c, cl))
+    return specs
+
+
+def run_bench(
+    model: str | Workload = "gpt",
+    precisions: Sequence[str] | None = None,
+    *,
+    device: torch.device | str | None = None,
+    steps: int = 20,
+    warmup: int = 3,
+    batch_size: int | None = None,
+    compile: bool = False,
+    channels_last: bool = False,
+    compile_backend: str = "inductor",
+    max_grad_norm: float | None = 1.0,
+    probe_tolerance: float = 0.25,
+    burst_s: float | None = 20.0,
+    rest_s: float = 5.0,
+    seed: int = 0,
+    on_round: Callable[[int, int], None] | None = None,
+    probe: Callable[[], float] | None = None,
+) -> BenchReport:
+    """Benchmark ``model`` in each precision, interleaved step by step; return the report.
+
+    Args:
+        model: ``"gpt"``, ``"convnet"``, ``"package.module:factory"`` or a :class:`Workload`.
+        precisions: precisions to compare (aliases and ``auto`` accepted); fp32 is always
+            added as the baseline. None: :func:`default_precisions` for the device.
+        device: ``cpu``, ``cuda``, ``cuda:N``; None picks CUDA when available.
+        steps: timed steps per variant (one per round).
+        warmup: untimed steps per variant first; the last one measures memory.
+        batch_size: overrides the workload's batch size (built-ins and factories that take
+            ``batch_size``).
+        compile: also run every precision through ``torch.compile``.
+        channels_last: also run every precision in channels-last memory format (4-D inputs).
+        compile_backend: ``torch.compile`` backend (``inductor``; ``aot_eager`` for tests).
+        max_grad_norm: gradient clipping in every variant (None: off).
+        probe_tolerance: drop a round when the matmul probe next to it moved by more.
+        burst_s, rest_s: rest ``rest_s`` seconds after every ``burst_s`` seconds of rounds.
+        seed: seeds the variant order.
+        on_round: ``on_round(done, total)`` after every round.
+        probe: a drift probe returning seconds (default: a fixed CPU matmul, which also
+            gives the CPU's matmul speed for the verdict; a custom probe does not).
+
+    Raises:
+        ConfigurationError: invalid settings, an unknown precision or model spec,
+            ``channels_last`` for a model without 4-D inputs, or no steady rounds.
+        UnsupportedPrecisionError: a precision the device cannot run (bf16 on pre-Ampere).
+    """
+    _validate(steps, warmup, batch_size, probe_tolerance)
+    dev = resolve_device(device)
+    hardware = probe_hardware(dev)
+    requested = list(precisions) if precisions else default_precisions(hardware)
+    policies, notes = _resolve_all(requested, dev)
+    with torch.random.fork_rng(devices=[]):
+        workload = model if isinstance(model, Workload) else load_workload(model, batch_size)
+    first_inputs, _ = workload.batch(0)
+    if channels_last and first_inputs.dim() != 4:
+        raise ConfigurationError(
+            f"--channels-last: the {workload.name} model's inputs have {first_inputs.dim()} "
+            "dimensions; channels-last applies to 4-D image inputs (N, C, H, W). "
+            "Drop --channels-last or use a conv model."
+        )
+    flops = workload.flops_per_step
+    if flops is None:
+        counted = copy.deepcopy(workload.model)
+        x, y = workload.batch(0)
+        flops = count_train_flops(
+            lambda: workload.loss(counted, x, y).backward()  # type: ignore[no-untyped-call]
+        )
+        del counted
+    variants = [
+        _build_variant(workload, name, policy, c, cl, dev, max_grad_norm, compile_backend)
+        for name, policy, c, cl in _variant_specs(policies, compile, channels_last)
+    ]
+    by_name = {v.name: v for v in variants}
+    cache: dict[tuple[int, bool], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def batch_for(i: int, cl: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (i, cl)
+        if key not in cache:
+            if all(k[0] != i for k in cache):  # a new step: drop the previous step's batches
+                cache.clear()
+            x, y = workload.batch(i)
+            x, y = x.to(dev), y.to(dev)
+            if cl:
+                x = x.contiguous(memory_format=torch.channels_last)
+            cache[key] = (x, y)
+        return cache[key]
+
+    def make_step(v: _Variant) -> Callable[[int], None]:
+        def train_step(i: int) -> None:
+            x, y = batch_for(i, v.channels_last)
+            with v.engine:
+                with v.engine.autocast():
+                    loss = workload.loss(v.forward, x, y)  # type: ignore[arg-type]
+                v.engine.backward(loss)
+                v.engine.step(v.optimizer)
+            v.losses.append(loss.detach())
+
+        def step(i: int) -> None:
+            if i != warmup - 1:
+                train_step(i)
+            elif dev.type == "cuda":
+                v.memory_bytes = cuda_step_peak_bytes(
+                    lambda: train_step(i), dev, state_bytes(v.model, v.optimizer)
+                )
+            else:
+                _, v.memory_bytes = saved_tensor_bytes(
+                    lambda: train_step(i), exclude=list(v.model.parameters())
+                )
+
+        return step
+
+    def prepare(name: str, i: int) -> None:  # untimed: batch to the device before the clock
+        batch_for(i, by_name[name].channels_last)
+
+    probe_fn = probe if probe is not None else matmul_probe(_PROBE_SIZE, _PROBE_REPEATS)
+    timings = run_interleaved(
+        {v.name: make_step(v) for v in variants},
+        rounds=steps,
+        warmup=warmup,
+        probe=probe_fn,
+        tolerance=probe_tolerance,
+        sync=(lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else None,
+        prepare=prepare,
+        burst_s=burst_s,
+        rest_s=rest_s,
+        seed=seed,
+        on_round=on_round,
+    )
+    return _report(
+        workload, variants, timings, dev, hardware, flops, notes, steps, warmup, probe is None
+    )
+
+
+def _build_variant(
+    workload: Workload,
+    name: str,
+    policy: Policy,
+    compiled: bool,
+    channels_last: bool,
+    dev: torch.device,
+    max_grad_norm: float | None,
+    backend: str,
+) -> _Variant:
+    model = copy.deepcopy(workload.model).to(dev)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    forward: torch.nn.Module | Callable[..., object] = (
+        torch.compile(model, backend=backend) if compiled else model
+    )
+    return _Variant(
+        name=name,
+        policy=policy,
+        compiled=compiled,
+        channels_last=channels_last,
+        model=model,
+        forward=forward,
+        optimizer=workload.make_optimizer(model),
+        engine=MixedPrecision(policy, max_grad_norm=max_grad_norm),
+        losses=[],
+    )
+
+
+def _inverse(quartiles: tuple[float, float]) -> tuple[float, float]:
+    """Quartiles of ``t_v / t_twin`` as quartiles of the speed-up ``t_twin / t_v``."""
+    return 1 / quartiles[1], 1 / quartiles[0]
+
+
+def _report(
+    workload: Workload,
+    variants: list[_Variant],
+    timings: Timings,
+    dev: torch.device,
+    hardware: HardwareInfo,
+    flops: float | None,
+    notes: list[str],
+    steps: int,
+    warmup: int,
+    matmul_probe_used: bool,
+) -> BenchReport:
+    losses = {v.name: [float(t) for t in v.losses] for v in variants}
+    base = next(v for v in variants if v.name == "fp32")
+    base_median = timings.median("fp32")
+    cuda = dev.type == "cuda"
+    results = []
+    for v in variants:
+        twin = next(
+            t
+            for t in variants
+            if t.policy.precision == "fp32"
+            and (t.compiled, t.channels_last) == (v.compiled, v.channels_last)
+        )
+        median = timings.median(v.name)
+        peak = peak_flops(hardware.name, v.policy.precision, v.policy.tf32) if cuda else None
+        memory_ratio = (
+            v.memory_bytes / twin.memory_bytes
+            if v.memory_bytes is not None and twin.memory_bytes
+            else None
+        )
+        final = losses[v.name][-1]
+        results.append(
+            VariantResult(
+                name=v.name,
+                precision=v.policy.precision,
+                compiled=v.compiled,
+                channels_last=v.channels_last,
+                median_step_s=median,
+                throughput=workload.items_per_step / median,
+                speedup_vs_fp32=timings.ratio("fp32", v.name),
+                speedup_vs_fp32_twin=timings.ratio(twin.name, v.name),
+                speedup_vs_fp32_twin_iqr=_inverse(timings.ratio_quartiles(v.name, twin.name)),
+                memory_bytes=v.memory_bytes,
+                memory_vs_fp32=memory_ratio,
+                losses=losses[v.name],
+                final_loss=final,
+                loss_gap_vs_fp32=final - losses[twin.name][-1],
+                mfu=mfu(flops, median, peak),
+                reason=v.policy.reason,
+            )
+        )
+    if cuda:
+        matmul_rate = peak_flops(hardware.name, "fp32", base.policy.tf32)
+        native: bool | None = (
+            hardware.cuda_capability is not None and hardware.cuda_capability[0] >= 7
+        )
+    else:
+        probe_median = statistics.median(timings.probes)
+        matmul_rate = (
+            2 * _PROBE_SIZE**3 * _PROBE_REPEATS / probe_median if matmul_probe_used else None
+        )
+        native = hardware.cpu_native_bf16
+    share = None
+    if flops is not None and matmul_rate:
+        share = min(1.0, flops / base_median / matmul_rate)
+    rss = None if cuda else peak_memory(dev)[0]
+    if len(timings.kept) < max(3, steps // 2):
+        notes.append(
+            f"only {len(timings.kept)} of {steps} rounds ran on a steady machine (the probe "
+            "moved in the others); treat the times as rough, or rerun with more --steps on a "
+            "quieter machine."
+        )
+    return BenchReport(
+        model=workload.name,
+        description=workload.description or workload.name,
+        unit=workload.unit,
+        device=str(dev),
+        device_name=hardware.name,
+        torch_version=torch.__version__,
+        python_version=platform.python_version(),
+        threads=torch.get_num_threads(),
+        steps=steps,
+        warmup=warmup,
+        rounds_kept=len(timings.kept),
+        probe_tolerance=timings.tolerance,
+        probe_spread=max(timings.probes) / min(timings.probes),
+        memory_kind=(
+            "CUDA max_memory_allocated during one step, as if the variant were alone"
+            if cuda
+            else "bytes of activations saved for backward (saved-tensor hooks, parameters excluded)"
+        ),
+        peak_rss_bytes=rss,
+        flops_per_step=flops,
+        matmul_share=share,
+        variants=results,
+        verdict=decide_verdict(
+            results,
+            device_type=dev.type,
+            device_name=hardware.name,
+            native_low_precision=native,
+            matmul_share=share,
+        ),
+        notes=notes,
+    )

@@ -1,0 +1,265 @@
+"""Interleaved step timing that survives a machine whose speed drifts under load.
+
+Small CPU machines slow down 3-10x after about a minute of sustained load and recover when
+idle; other jobs come and go. Timing one variant as a block and then the next measures the
+machine, not the variant. So:
+
+1. every round runs one step of *every* variant, in an order rotated each round (each variant
+   runs first, second, ... equally often), so slow phases hit all variants alike;
+2. a fixed matmul probe is timed between rounds; a round is dropped when the probe before or
+   after it moved more than ``tolerance`` from the probe's median (the machine changed speed
+   during the round);
+3. results are medians of per-round paired ratios (``t_a[k] / t_b[k]`` over the kept rounds
+   ``k``), never a ratio of two separately taken averages.
+
+The pure parts (:func:`round_orders`, :func:`kept_rounds`, :func:`paired_ratio`) take plain
+numbers so tests can feed them synthetic timings; :func:`run_interleaved` drives real steps.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ampkit.errors import ConfigurationError
+
+__all__ = [
+    "Timings",
+    "kept_rounds",
+    "matmul_probe",
+    "paired_ratio",
+    "round_orders",
+    "run_interleaved",
+]
+
+
+def round_orders(names: Sequence[str], rounds: int, seed: int = 0) -> list[list[str]]:
+    """The order variants run in, for each round.
+
+    A seeded shuffle of ``names`` rotated by one place per round: every round holds every
+    variant once, and over any ``len(names)`` consecutive rounds each variant takes each
+    position exactly once, so no variant always runs first (cold caches) or last.
+
+    Raises:
+        ConfigurationError: ``names`` is empty or has duplicates, or ``rounds`` < 0.
+    """
+    if not names or len(set(names)) != len(names):
+        raise ConfigurationError(
+            f"round_orders: variant names must be non-empty and distinct, got {list(names)!r}."
+        )
+    if rounds < 0:
+        raise ConfigurationError(f"round_orders: rounds must be >= 0, got {rounds!r}.")
+    base = list(names)
+    random.Random(seed).shuffle(base)
+    n = len(base)
+    return [base[r % n :] + base[: r % n] for r in range(rounds)]
+
+
+def kept_rounds(probes: Sequence[float], tolerance: float) -> list[int]:
+    """Indices of the rounds to keep, given the probe times taken between rounds.
+
+    ``probes`` has one entry before each round and one after the last (``rounds + 1``
+    values). Round ``k`` is kept when both ``probes[k]`` and ``probes[k + 1]`` lie within
+    ``tolerance`` (relative) of the median probe, i.e. the machine ran at its usual speed on
+    both sides of the round.
+
+    Raises:
+        ConfigurationError: fewer than two probes, a non-positive probe, or ``tolerance`` <= 0.
+    """
+    if len(probes) < 2:
+        raise ConfigurationError(
+            f"kept_rounds: need a probe before and after each round (>= 2), got {len(probes)}."
+        )
+    if tolerance <= 0:
+        raise ConfigurationError(f"kept_rounds: tolerance must be > 0, got {tolerance!r}.")
+    if min(probes) <= 0:
+        raise ConfigurationError("kept_rounds: probe times must be positive.")
+    median = statistics.median(probes)
+    steady = [abs(p / median - 1.0) <= tolerance for p in probes]
+    return [k for k in range(len(probes) - 1) if steady[k] and steady[k + 1]]
+
+
+def paired_ratio(
+    numerator: Sequence[float], denominator: Sequence[float], keep: Sequence[int]
+) -> float:
+    """Median over the kept rounds ``k`` of ``numerator[k] / denominator[k]``.
+
+    Raises:
+        ConfigurationError: no rounds kept, or a kept index out of range.
+    """
+    if not keep:
+        raise ConfigurationError(
+            "paired_ratio: no rounds were kept; the machine's speed kept changing. "
+            "Run with more steps, a looser probe tolerance, or on a quieter machine."
+        )
+    if max(keep) >= min(len(numerator), len(denominator)) or min(keep) < 0:
+        raise ConfigurationError("paired_ratio: a kept round index is out of range.")
+    return statistics.median(numerator[k] / denominator[k] for k in keep)
+
+
+def matmul_probe(size: int = 256, repeats: int = 8, tries: int = 3) -> Callable[[], float]:
+    """A fixed CPU matmul workload; calling the result returns its wall time in seconds.
+
+    The operands are made once, so every call does identical work: changes in its time are
+    changes in the machine (clock throttling, a neighbour's load), not in the probe. Each
+    call returns the fastest of ``tries`` runs, so a single scheduler hiccup does not count
+    as a slow machine while a throttled clock (which slows every try) does. The probe runs
+    once when made, so the first reading is not a cold start.
+    """
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=generator)
+    b = torch.randn(size, size, generator=generator)
+
+    def once() -> float:
+        start = time.perf_counter()
+        for _ in range(repeats):
+            torch.mm(a, b)
+        return time.perf_counter() - start
+
+    def probe() -> float:
+        return min(once() for _ in range(tries))
+
+    probe()
+    return probe
+
+
+@dataclass
+class Timings:
+    """Per-round step times of every variant, the probes around them and the kept rounds.
+
+    Attributes:
+        names: the variants, in the order given.
+        times: seconds per timed round, per variant (warm-up rounds excluded).
+        probes: probe seconds before each timed round and after the last (``rounds + 1``).
+        kept: indices of the timed rounds kept by :func:`kept_rounds`.
+        orders: the order the variants ran in, per timed round.
+        tolerance: the probe tolerance used.
+    """
+
+    names: list[str]
+    times: dict[str, list[float]]
+    probes: list[float]
+    kept: list[int]
+    orders: list[list[str]] = field(default_factory=list)
+    tolerance: float = 0.25
+
+    @property
+    def rounds(self) -> int:
+        """Timed rounds run (kept or not)."""
+        return len(self.probes) - 1
+
+    def median(self, name: str) -> float:
+        """Median step seconds of ``name`` over the kept rounds.
+
+        Raises:
+            ConfigurationError: no round was kept.
+        """
+        if not self.kept:
+            raise ConfigurationError(
+                "timings: no rounds were kept; the machine's speed kept changing. "
+                "Run with more steps or a looser probe tolerance."
+            )
+        return statistics.median(self.times[name][k] for k in self.kept)
+
+    def ratio(self, numerator: str, denominator: str) -> float:
+        """Median paired ratio ``t[numerator] / t[denominator]`` over the kept rounds."""
+        return paired_ratio(self.times[numerator], self.times[denominator], self.kept)
+
+    def ratio_quartiles(self, numerator: str, denominator: str) -> tuple[float, float]:
+        """Lower and upper quartile of the paired ratios over the kept rounds.
+
+        With one kept round both are that round's ratio.
+
+        Raises:
+            ConfigurationError: no round was kept.
+        """
+        ratios = [self.times[numerator][k] / self.times[denominator][k] for k in self.kept]
+        if not ratios:
+            raise ConfigurationError("timings: no rounds were kept.")
+        if len(ratios) == 1:
+            return ratios[0], ratios[0]
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+        return q1, q3
+
+
+def run_interleaved(
+    steps: Mapping[str, Callable[[int], None]],
+    *,
+    rounds: int,
+    warmup: int = 1,
+    probe: Callable[[], float] | None = None,
+    tolerance: float = 0.25,
+    sync: Callable[[], None] | None = None,
+    prepare: Callable[[str, int], None] | None = None,
+    burst_s: float | None = None,
+    rest_s: float = 0.0,
+    seed: int = 0,
+    on_round: Callable[[int, int], None] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timings:
+    """Time ``steps`` interleaved: each round runs one step of every variant.
+
+    Args:
+        steps: variant name -> ``step(i)`` running training step ``i`` of that variant.
+        rounds: timed rounds; the total steps per variant is ``warmup + rounds``.
+        warmup: untimed rounds first (allocator, autotuning, compilation).
+        probe: the drift probe; default :func:`matmul_probe`.
+        tolerance: drop a round when a probe next to it moved more than this (relative).
+        sync: called before reading the clock (``torch.cuda.synchronize`` on CUDA).
+        prepare: ``prepare(name, i)`` runs untimed just before ``step(i)`` (e.g. moving
+            the batch to the device).
+        burst_s: after this many seconds of back-to-back rounds, sleep ``rest_s`` so the
+            machine does not reach its throttled state (None: never rest).
+        rest_s: seconds to rest after each burst.
+        seed: seeds the variant order (:func:`round_orders`).
+        on_round: ``on_round(done, total)`` after every round (progress bars).
+        clock: what a step is timed with: wall time by default; ``time.thread_time`` with
+            torch on one thread measures CPU work that other processes cannot inflate.
+
+    Raises:
+        ConfigurationError: ``rounds`` < 1 or ``warmup`` < 0.
+    """
+    if rounds < 1 or warmup < 0:
+        raise ConfigurationError(
+            f"run_interleaved: need rounds >= 1 and warmup >= 0, got {rounds} and {warmup}."
+        )
+    probe = probe if probe is not None else matmul_probe()
+    sync = sync if sync is not None else (lambda: None)
+    names = list(steps)
+    orders = round_orders(names, warmup + rounds, seed)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    probes: list[float] = []
+    burst_start = time.perf_counter()
+    total = warmup + rounds
+    for i, order in enumerate(orders):
+        if i >= warmup:
+            probes.append(probe())
+        for name in order:
+            if prepare is not None:
+                prepare(name, i)
+            sync()
+            start = clock()
+            steps[name](i)
+            sync()
+            elapsed = clock() - start
+            if i >= warmup:
+                times[name].append(elapsed)
+        if on_round is not None:
+            on_round(i + 1, total)
+        if burst_s is not None and time.perf_counter() - burst_start > burst_s:
+            time.sleep(rest_s)
+            burst_start = time.perf_counter()
+    probes.append(probe())
+    return Timings(
+        names=names,
+        times=times,
+        probes=probes,
+        kept=kept_rounds(probes, tolerance),
+        orders=orders[warmup:],
+        tolerance=tolerance,
+    )

@@ -1,0 +1,134 @@
+"""``ampkit bench``: how much faster and smaller mixed precision is for a model, measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+__all__ = ["bench"]
+
+
+@click.command()
+@click.option(
+    "--precisions",
+    default=None,
+    help="Comma-separated: fp32, bf16, fp16 (or aliases, or auto). fp32 is always measured as "
+    "the baseline. [default: fp32 plus what auto picks here; where auto picks fp32, bf16 too, "
+    "so the verdict is measured]",
+)
+@click.option(
+    "--model",
+    default="gpt",
+    show_default=True,
+    help="gpt (the built-in GPT), convnet (a small conv net), or package.module:factory, a "
+    "function returning an ampkit.bench.Workload or (model, inputs, targets).",
+)
+@click.option("--device", default=None, help="cpu, cuda or cuda:N. [default: cuda if available]")
+@click.option("--steps", type=int, default=20, show_default=True, help="Timed steps per variant.")
+@click.option(
+    "--warmup", type=int, default=3, show_default=True, help="Untimed warm-up steps per variant."
+)
+@click.option(
+    "--batch-size", type=int, default=None, help="Batch size. [default: gpt 16, convnet 32]"
+)
+@click.option("--compile", "compile_", is_flag=True, help="Also run each precision compiled.")
+@click.option(
+    "--channels-last", is_flag=True, help="Also run each precision channels-last (conv models)."
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write every measurement (loss curves included) to this JSON file.",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Draw step time, memory and loss curves into this PNG (needs matplotlib).",
+)
+@click.option(
+    "--probe-tolerance",
+    type=float,
+    default=0.25,
+    show_default=True,
+    help="Drop a round when the matmul probe next to it moved by more than this (relative).",
+)
+@click.option(
+    "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
+)
+def bench(**options: Any) -> None:
+    """Measure step time, throughput, memory and loss per precision, and say if it pays off.
+
+    Every variant trains its own copy of the same weights on the same batches. Steps run
+    interleaved (one step of every variant per round, order rotated) with a matmul probe
+    between rounds; rounds where the machine changed speed are dropped, and speed-ups are
+    medians of paired per-round ratios.
+
+    \b
+    Examples:
+      ampkit bench                                  # built-in GPT, fp32 vs the best low precision
+      ampkit bench --precisions fp32,bf16,fp16 --steps 30 --json bench.json
+      ampkit bench --model convnet --channels-last --plot bench.png
+      ampkit bench --model mypkg.models:build --batch-size 64 --compile
+    """
+    from ampkit.bench import run_bench, save_plot
+
+    precisions = options["precisions"]
+    parsed = None
+    if precisions is not None:
+        parsed = [p.strip() for p in precisions.split(",") if p.strip()]
+        if not parsed:
+            from ampkit.errors import ConfigurationError
+
+            raise ConfigurationError(
+                f"--precisions: {precisions!r} names no precision. Use e.g. fp32,bf16."
+            )
+    bar, on_round = _progress_bar(options["progress"])
+    try:
+        report = run_bench(
+            options["model"],
+            parsed,
+            device=options["device"],
+            steps=options["steps"],
+            warmup=options["warmup"],
+            batch_size=options["batch_size"],
+            compile=options["compile_"],
+            channels_last=options["channels_last"],
+            probe_tolerance=options["probe_tolerance"],
+            on_round=on_round,
+        )
+    finally:
+        bar.close()
+    click.echo(report.render())
+    if options["json_path"]:
+        report.write_json(options["json_path"])
+        click.echo(f"\njson    {options['json_path']}")
+    if options["plot_path"]:
+        save_plot(report, options["plot_path"])
+        click.echo(f"plot    {options['plot_path']}")
+
+
+def _progress_bar(enabled: bool) -> tuple[Any, Any]:
+    """A progress bar made on the first round, so an early error prints no empty bar."""
+    from tqdm import tqdm
+
+    holder: dict[str, Any] = {}
+
+    def on_round(done: int, total: int) -> None:
+        if "bar" not in holder:
+            holder["bar"] = tqdm(
+                total=total, unit="round", disable=not enabled, dynamic_ncols=True, leave=False
+            )
+        bar = holder["bar"]
+        bar.update(done - bar.n)
+
+    class _Closer:
+        def close(self) -> None:
+            if "bar" in holder:
+                holder["bar"].close()
+
+    return _Closer(), on_round
