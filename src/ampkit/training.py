@@ -164,12 +164,14 @@ class _Forward(Callback):
 
 
 def train(
-    config: TrainConfig, callbacks: Sequence[Callable[[StepMetrics], None]] = ()
+    config: TrainConfig,
+    callbacks: Sequence[Callback | Callable[[StepMetrics], None]] = (),
 ) -> TrainSummary:
     """Train the built-in GPT as ``config`` says on :class:`~ampkit.Trainer`.
 
-    Each callback gets every logged step's :class:`StepMetrics` (rank 0 only). Under
-    ``torchrun`` every process runs this; ``batch_size`` is per process.
+    ``callbacks`` are :class:`~ampkit.Callback` objects, or plain functions that get every
+    logged step's :class:`StepMetrics` (rank 0 only). Under ``torchrun`` every process runs
+    this; ``batch_size`` is per process.
 
     Raises:
         ConfigurationError: invalid settings, or a precision the device cannot run.
@@ -212,7 +214,7 @@ def train(
         compile=config.compile,
         strategy=config.strategy,
         callbacks=[
-            *(_Forward(c) for c in callbacks),
+            *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
             *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
             *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
         ],

@@ -38,6 +38,7 @@ def main() -> None:
       ampkit train                      # train the built-in GPT, precision chosen from the hardware
       ampkit train --precision bf16 --steps 100 --out runs/bf16
       ampkit formats                    # fp32/fp16/bf16/fp8 ranges, computed from torch
+      ampkit lint train.py              # find AMP bugs (unscaled clipping, ...) statically
       ampkit doctor                     # which layers break fp16, and what to train in
       ampkit bench                      # is mixed precision faster for this model here? measured
     """

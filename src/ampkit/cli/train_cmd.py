@@ -131,11 +131,9 @@ def train(**options: Any) -> None:
     options["compile"] = options.pop("compile_")
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
-    bar, callback = _progress_bar(config.steps, enabled=show_progress)
-    try:
-        summary = run_training(config, callbacks=[callback])
-    finally:
-        bar.close()
+    from ampkit.callbacks import ProgressBar
+
+    summary = run_training(config, callbacks=[ProgressBar()] if show_progress else [])
     if os.environ.get("RANK", "0") == "0":
         click.echo(_render_summary(summary))
 
@@ -167,34 +165,6 @@ def _launch_torchrun(nproc: int) -> int:
         *cleaned,
     ]
     return subprocess.call(command)
-
-
-def _progress_bar(total: int, enabled: bool) -> tuple[Any, Any]:
-    """A tqdm bar drawn from the first logged step on (so errors before training print alone)."""
-    from tqdm import tqdm
-
-    class Bar:
-        bar: Any = None
-
-        def close(self) -> None:
-            if self.bar is not None:
-                self.bar.close()
-
-    holder = Bar()
-
-    def on_step(metrics: Any) -> None:
-        if not enabled:
-            return
-        if holder.bar is None:
-            holder.bar = tqdm(total=total, unit="step", dynamic_ncols=True, leave=False)
-        rate = metrics.tokens_per_s or metrics.samples_per_s
-        postfix = {"loss": f"{metrics.loss:.3f}", "tok/s": f"{rate:,.0f}"}
-        if metrics.scale != 1.0:
-            postfix["scale"] = f"{metrics.scale:g}"
-        holder.bar.set_postfix(postfix, refresh=False)
-        holder.bar.update(metrics.step - holder.bar.n)
-
-    return holder, on_step
 
 
 def _render_summary(summary: Any) -> str:
