@@ -52,6 +52,7 @@ class TrainConfig:
         keep_last: keep only the newest N checkpoints.
         resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path.
         compile: ``torch.compile`` the model.
+        compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
         strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
         keep_fp32: module names of the GPT to run in fp32 under autocast.
         detect_nonfinite: stop at the first inf/NaN and name the module that made it.
@@ -80,6 +81,7 @@ class TrainConfig:
     keep_last: int | None = None
     resume: str | None = None
     compile: bool = False
+    compile_mode: str | None = None
     strategy: str = "auto"
     keep_fp32: tuple[str, ...] = ()
     detect_nonfinite: bool = False
@@ -212,6 +214,7 @@ def train(
         keep_last=config.keep_last,
         resume=config.resume,
         compile=config.compile,
+        compile_mode=config.compile_mode,
         strategy=config.strategy,
         callbacks=[
             *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),

@@ -75,6 +75,12 @@ def _positive_or_none(value: float) -> float | None:
 )
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
 @click.option(
+    "--compile-mode",
+    type=click.Choice(["default", "reduce-overhead", "max-autotune"]),
+    default=None,
+    help="torch.compile mode (implies --compile); reduce-overhead uses CUDA graphs.",
+)
+@click.option(
     "--strategy",
     type=click.Choice(["auto", "ddp", "fsdp", "none"]),
     default="auto",
@@ -128,7 +134,7 @@ def train(**options: Any) -> None:
     from ampkit.training import train as run_training
 
     show_progress = options.pop("progress") and os.environ.get("RANK", "0") == "0"
-    options["compile"] = options.pop("compile_")
+    options["compile"] = options.pop("compile_") or options["compile_mode"] is not None
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
     from ampkit.callbacks import ProgressBar
