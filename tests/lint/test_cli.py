@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ampkit.cli.lint_cmd import lint
+from ampkit.cli import main
 from ampkit.lint import RULES, Selection, check_paths, check_source
 
 BAD = (
@@ -40,7 +40,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def run(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(lint, list(args))
+    result = CliRunner().invoke(main, ["lint", *args])
     return result.exit_code, result.output
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ampkit.cli.lint_cmd import lint
+from ampkit.cli import main
 from ampkit.lint import check_source, fix_source
 
 FIXES = Path(__file__).parent / "fixes"
@@ -51,13 +51,13 @@ def test_cli_fix_rewrites_file_and_keeps_crlf(tmp_path: Path) -> None:
     target.write_bytes(
         b"import torch\r\nscaler = torch.cuda.amp.GradScaler()\r\nx = 1  # untouched\r\n"
     )
-    result = CliRunner().invoke(lint, [str(target), "--fix"])
+    result = CliRunner().invoke(main, ["lint", str(target), "--fix"])
     assert result.exit_code == 0, result.output
     assert (
         target.read_bytes()
         == b'import torch\r\nscaler = torch.amp.GradScaler("cuda")\r\nx = 1  # untouched\r\n'
     )
-    again = CliRunner().invoke(lint, [str(target), "--fix"])
+    again = CliRunner().invoke(main, ["lint", str(target), "--fix"])
     assert again.exit_code == 0
     assert target.read_bytes().count(b'"cuda"') == 1
 
@@ -66,10 +66,10 @@ def test_cli_fix_respects_noqa_and_ignore(tmp_path: Path) -> None:
     target = tmp_path / "train.py"
     text = "import torch\nscaler = torch.cuda.amp.GradScaler()  # ampkit: noqa\n"
     target.write_text(text, encoding="utf-8")
-    assert CliRunner().invoke(lint, [str(target), "--fix"]).exit_code == 0
+    assert CliRunner().invoke(main, ["lint", str(target), "--fix"]).exit_code == 0
     assert target.read_text(encoding="utf-8") == text
     target.write_text("import torch\nscaler = torch.cuda.amp.GradScaler()\n", encoding="utf-8")
-    result = CliRunner().invoke(lint, [str(target), "--fix", "--ignore", "AMP006"])
+    result = CliRunner().invoke(main, ["lint", str(target), "--fix", "--ignore", "AMP006"])
     assert result.exit_code == 0
     assert "torch.cuda.amp" in target.read_text(encoding="utf-8")
 
@@ -85,7 +85,7 @@ def test_fix_leaves_other_findings_alone(tmp_path: Path) -> None:
         "scaler.update()\n",
         encoding="utf-8",
     )
-    result = CliRunner().invoke(lint, [str(target), "--fix"])
+    result = CliRunner().invoke(main, ["lint", str(target), "--fix"])
     assert result.exit_code == 1
     assert "AMP001" in result.output and "AMP006" not in result.output
     assert "clip_grad_norm_(params, 1.0)" in target.read_text(encoding="utf-8")

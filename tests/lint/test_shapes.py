@@ -246,13 +246,13 @@ def test_custom_loss_scaler_object_means_no_amp002() -> None:
 def test_default_path_is_current_folder(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from click.testing import CliRunner
 
-    from ampkit.cli.lint_cmd import lint
+    from ampkit.cli import main
 
     (tmp_path / "t.py").write_text(
         "import torch\ns = torch.cuda.amp.GradScaler()\n", encoding="utf-8"
     )
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(lint, [])
+    result = CliRunner().invoke(main, ["lint"])
     assert result.exit_code == 1 and "t.py:2:5: AMP006" in result.output
 
 

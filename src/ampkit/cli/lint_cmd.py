@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ampkit.errors import AmpkitError, ConfigurationError
+from ampkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ampkit.lint.runner import Selection
@@ -93,17 +93,13 @@ def lint(
       ampkit lint . --format sarif > lint.sarif
       ampkit lint --explain AMP001            # rationale and examples of a rule
     """
-    try:
-        if explain is not None:
-            _explain(explain)
-            return
-        if fix and diff:
-            raise ConfigurationError("--fix and --diff cannot be combined; pass one of them")
-        failed = _run(paths or (".",), fmt, select, ignore, exclude, fix, diff, isolated)
-    except AmpkitError as exc:
-        click.echo(f"ampkit: error: {exc}", err=True)
-        ctx.exit(exc.exit_code)
+    # AmpkitErrors (usage mistakes) are rendered by the ampkit command group: one line, exit 2.
+    if explain is not None:
+        _explain(explain)
         return
+    if fix and diff:
+        raise ConfigurationError("--fix and --diff cannot be combined; pass one of them")
+    failed = _run(paths or (".",), fmt, select, ignore, exclude, fix, diff, isolated)
     ctx.exit(0 if exit_zero or not failed else 1)
 
 
