@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from ampkit import ConfigurationError, MixedPrecision, ScalerStateError
+from ampkit import ConfigurationError, LossScaler, MixedPrecision, ScalerStateError
 
 fp16_on_cpu = pytest.mark.filterwarnings("ignore::ampkit.errors.PrecisionWarning")
 
@@ -147,7 +147,7 @@ def test_grad_norm_is_the_unscaled_norm_before_clipping():
 
 @fp16_on_cpu
 def test_fp16_grad_norm_is_unscaled():
-    mp = MixedPrecision("fp16", "cpu", max_grad_norm=1e9, init_scale=2.0**14)
+    mp = MixedPrecision("fp16", "cpu", max_grad_norm=1e9, scaler=LossScaler(init_scale=2.0**14))
     model = make_model()
     x, y = batch(0)
     with mp.autocast():
@@ -185,9 +185,8 @@ def test_skipped_step_does_not_advance_scheduler():
 @fp16_on_cpu
 def test_state_dict_round_trip_mid_window_resumes_bitwise():
     def make(mp_state=None):
-        mp = MixedPrecision(
-            "fp16", "cpu", grad_accum_steps=2, growth_interval=2, init_scale=2.0**10
-        )
+        scaler = LossScaler(growth_interval=2, init_scale=2.0**10)
+        mp = MixedPrecision("fp16", "cpu", grad_accum_steps=2, scaler=scaler)
         if mp_state is not None:
             mp.load_state_dict(mp_state)
         return mp
@@ -251,12 +250,28 @@ def test_step_without_backward_raises():
         ({"grad_accum_steps": 0}, "grad_accum_steps"),
         ({"max_grad_norm": 0.0}, "max_grad_norm"),
         ({"max_grad_norm": -1.0}, "max_grad_norm"),
-        ({"growth_factor": 1.0}, "growth_factor"),
+        ({"scaler": "fp16"}, "scaler"),
     ],
 )
 def test_bad_arguments_raise(kwargs, flag):
     with pytest.raises(ConfigurationError, match=flag):
         MixedPrecision("fp32", "cpu", **kwargs)
+
+
+@fp16_on_cpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_scaler_passed_without_fp16_raises(precision):
+    with pytest.raises(ConfigurationError, match="needs no loss scaling"):
+        MixedPrecision(precision, "cpu", scaler=LossScaler())
+
+
+@fp16_on_cpu
+def test_injected_scaler_is_used_and_a_disabled_one_refused():
+    scaler = LossScaler(init_scale=2.0**5)
+    mp = MixedPrecision("fp16", "cpu", scaler=scaler)
+    assert mp.scaler is scaler and mp.stats.scale == 2.0**5
+    with pytest.raises(ConfigurationError, match="enabled=False"):
+        MixedPrecision("fp16", "cpu", scaler=LossScaler(enabled=False))
 
 
 def test_accumulate_enters_no_sync_on_non_final_micro_batches_only():

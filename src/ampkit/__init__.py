@@ -13,9 +13,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ampkit.callbacks import Callback as Callback
-    from ampkit.doctor import Finding as Finding
+    from ampkit._tree import to_device as to_device
     from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
+    from ampkit.doctor import NumericsFinding as NumericsFinding
     from ampkit.doctor import NumericsReport as NumericsReport
     from ampkit.doctor import Recommendation as Recommendation
     from ampkit.doctor import Tolerances as Tolerances
@@ -36,25 +36,26 @@ if TYPE_CHECKING:
     from ampkit.formats import NumberFormat as NumberFormat
     from ampkit.formats import number_format as number_format
     from ampkit.formats import number_formats as number_formats
+    from ampkit.fp32_islands import Fp32Islands as Fp32Islands
+    from ampkit.fp32_islands import keep_fp32 as keep_fp32
+    from ampkit.gpt.config import TrainConfig as TrainConfig
+    from ampkit.gpt.job import TrainSummary as TrainSummary
+    from ampkit.gpt.job import train as train
     from ampkit.inference import predict as predict
-    from ampkit.keep_fp32 import Fp32Islands as Fp32Islands
-    from ampkit.keep_fp32 import keep_fp32 as keep_fp32
     from ampkit.policy import Policy as Policy
     from ampkit.policy import precision_session as precision_session
     from ampkit.policy import resolve_precision as resolve_precision
     from ampkit.scaler import LossScaler as LossScaler
     from ampkit.scaler import ScalerStats as ScalerStats
+    from ampkit.trainer import Callback as Callback
     from ampkit.trainer import FitResult as FitResult
     from ampkit.trainer import Trainer as Trainer
-    from ampkit.training import TrainConfig as TrainConfig
-    from ampkit.training import TrainSummary as TrainSummary
-    from ampkit.training import train as train
 
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
-    "Callback": "ampkit.callbacks",
-    "Finding": "ampkit.doctor",
+    "Callback": "ampkit.trainer",
+    "NumericsFinding": "ampkit.doctor",
     "NonFiniteProbe": "ampkit.doctor",
     "NumericsReport": "ampkit.doctor",
     "Recommendation": "ampkit.doctor",
@@ -77,8 +78,8 @@ _EXPORTS: dict[str, str] = {
     "number_format": "ampkit.formats",
     "number_formats": "ampkit.formats",
     "predict": "ampkit.inference",
-    "Fp32Islands": "ampkit.keep_fp32",
-    "keep_fp32": "ampkit.keep_fp32",
+    "Fp32Islands": "ampkit.fp32_islands",
+    "keep_fp32": "ampkit.fp32_islands",
     "Policy": "ampkit.policy",
     "precision_session": "ampkit.policy",
     "resolve_precision": "ampkit.policy",
@@ -86,9 +87,10 @@ _EXPORTS: dict[str, str] = {
     "ScalerStats": "ampkit.scaler",
     "FitResult": "ampkit.trainer",
     "Trainer": "ampkit.trainer",
-    "TrainConfig": "ampkit.training",
-    "TrainSummary": "ampkit.training",
-    "train": "ampkit.training",
+    "TrainConfig": "ampkit.gpt.config",
+    "TrainSummary": "ampkit.gpt.job",
+    "train": "ampkit.gpt.job",
+    "to_device": "ampkit._tree",
 }
 
 
@@ -111,7 +113,6 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DataError",
-    "Finding",
     "FitResult",
     "Fp32Islands",
     "LossScaler",
@@ -119,6 +120,7 @@ __all__ = [
     "NonFiniteError",
     "NonFiniteProbe",
     "NonFiniteTrainingError",
+    "NumericsFinding",
     "NumberFormat",
     "NumericsReport",
     "Policy",
@@ -141,5 +143,6 @@ __all__ = [
     "precision_session",
     "predict",
     "resolve_precision",
+    "to_device",
     "train",
 ]

@@ -73,12 +73,13 @@ class MixedPrecision:
         device: training device; ``None`` picks CUDA when available, else CPU.
         grad_accum_steps: micro-batches per optimizer step; the loss is divided by it.
         max_grad_norm: clip the unscaled gradients to this total norm; None disables clipping.
-        init_scale, growth_factor, backoff_factor, growth_interval, min_scale, max_scale,
-            hysteresis, max_skips_at_min_scale: loss-scaler settings (fp16 only), see
-            :class:`~ampkit.LossScaler`.
+        scaler: the :class:`~ampkit.LossScaler` fp16 uses, configured as you like (bounds,
+            growth, hysteresis, ...); None builds one with the default settings. Only fp16
+            scales the loss, so passing one under bf16/fp32 is refused.
         tf32: allow TF32 for fp32 matmuls (CUDA Ampere+); None follows the hardware. Applied
             only inside ``with mp:``, and restored on exit.
-        process_group: ranks that must agree on skipping an overflowed step (default: world).
+        process_group: ranks that must agree on skipping an overflowed step (default: world);
+            used for the default scaler (a scaler you pass brings its own).
 
     Use it as a context manager (``with MixedPrecision(...) as mp:``) so that global settings
     of the policy (TF32) are applied for the run and restored afterwards.
@@ -95,14 +96,7 @@ class MixedPrecision:
         *,
         grad_accum_steps: int = 1,
         max_grad_norm: float | None = None,
-        init_scale: float = 2.0**16,
-        growth_factor: float = 2.0,
-        backoff_factor: float = 0.5,
-        growth_interval: int = 2000,
-        min_scale: float = 1.0,
-        max_scale: float = 2.0**24,
-        hysteresis: int = 1,
-        max_skips_at_min_scale: int | None = 10,
+        scaler: LossScaler | None = None,
         tf32: bool | None = None,
         process_group: Any = None,
     ) -> None:
@@ -122,20 +116,30 @@ class MixedPrecision:
             self.policy = resolve_precision(precision, device, tf32=tf32)
         self.grad_accum_steps = grad_accum_steps
         self.max_grad_norm = max_grad_norm
-        self.scaler = LossScaler(
-            enabled=self.policy.uses_scaler,
-            init_scale=init_scale,
-            growth_factor=growth_factor,
-            backoff_factor=backoff_factor,
-            growth_interval=growth_interval,
-            min_scale=min_scale,
-            max_scale=max_scale,
-            hysteresis=hysteresis,
-            max_skips_at_min_scale=max_skips_at_min_scale,
-            process_group=process_group,
-        )
+        self.scaler = self._check_scaler(scaler, process_group)
         self._micro_step = 0
         self._session: contextlib.ExitStack | None = None
+
+    def _check_scaler(self, scaler: LossScaler | None, process_group: Any) -> LossScaler:
+        if scaler is None:
+            return LossScaler(enabled=self.policy.uses_scaler, process_group=process_group)
+        if not isinstance(scaler, LossScaler):
+            raise ConfigurationError(
+                f"scaler: got {type(scaler).__name__}; pass an ampkit.LossScaler (or None for "
+                "the default one)."
+            )
+        if not self.policy.uses_scaler:
+            raise ConfigurationError(
+                f"scaler: a LossScaler was passed but the precision is {self.policy.precision} "
+                f"({self.policy.reason}), which needs no loss scaling. Only fp16 scales the "
+                "loss: drop scaler=, or train in fp16."
+            )
+        if not scaler.is_enabled():
+            raise ConfigurationError(
+                "scaler: the LossScaler passed has enabled=False, but fp16 needs loss scaling "
+                "(small gradients underflow without it). Pass an enabled scaler, or None."
+            )
+        return scaler
 
     # -- session -------------------------------------------------------------------------
 

@@ -7,21 +7,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.loader import to_device
+from ampkit._tree import map_tensors, to_device
 from ampkit.policy import Policy, resolve_precision
 
 __all__ = ["predict"]
-
-
-def _to_fp32(output: Any) -> Any:
-    if isinstance(output, torch.Tensor):
-        return output.float() if output.is_floating_point() else output
-    if isinstance(output, dict):
-        return {k: _to_fp32(v) for k, v in output.items()}
-    if isinstance(output, (list, tuple)):
-        items = [_to_fp32(v) for v in output]
-        return items if isinstance(output, list) else tuple(items)
-    return output
 
 
 def predict(
@@ -55,4 +44,4 @@ def predict(
                 output = model(inputs)
     finally:
         model.train(was_training)
-    return _to_fp32(output)
+    return map_tensors(lambda t: t.float() if t.is_floating_point() else t, output)

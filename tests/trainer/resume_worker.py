@@ -4,7 +4,7 @@
 
 Trains a small MLP for 12 steps with a checkpoint every 3 and ``resume="auto"``, then writes
 the final weights to OUT_FILE. The kill modes patch nothing in ampkit's logic: they wrap the
-file-system calls ampkit.checkpoint makes, the way a crash at that moment would interrupt them.
+file-system calls ampkit.trainer.checkpoint_folder makes, the way a crash at that moment would interrupt them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 import ampkit
-from ampkit import checkpoint as ckpt
+from ampkit.trainer import checkpoint_folder as ckpt
 
 KILL_STEP = 9
 
@@ -36,16 +36,16 @@ def install_kill(mode: str) -> list[ampkit.Callback]:
 
         return [KillAt()]
     if mode == "during-write":
-        real_write = ckpt._write_file
+        real_write = ckpt.atomic_write
 
         def half_write(path, data):
             if f"step-{KILL_STEP:08d}" in str(path) and path.name == "state.pt":
                 with open(path, "wb") as f:
                     f.write(data[: len(data) // 2])
                 die()
-            real_write(path, data)
+            return real_write(path, data)
 
-        ckpt._write_file = half_write
+        ckpt.atomic_write = half_write
         return []
     if mode == "before-rename":
         real_replace = os.replace
@@ -55,7 +55,7 @@ def install_kill(mode: str) -> list[ampkit.Callback]:
                 die()
             real_replace(src, dst)
 
-        ckpt.os.replace = crash_replace  # the os module as ampkit.checkpoint sees it
+        ckpt.os.replace = crash_replace  # the os module as ampkit.trainer.checkpoint_folder sees it
         return []
     return []
 

@@ -11,7 +11,7 @@ from torch import nn
 
 import ampkit
 from ampkit import CheckpointError, ConfigurationError, Trainer
-from ampkit.loader import ResumableSampler
+from ampkit.trainer.data import ResumableSampler
 
 
 def dataset(n: int = 64) -> torch.utils.data.TensorDataset:
@@ -256,7 +256,7 @@ def test_predict_returns_fp32_in_inference_mode_and_restores_mode():
 def test_compile_trains_without_graph_breaks():
     from torch._dynamo.utils import counters
 
-    from ampkit.models import GPT, GPTConfig
+    from ampkit.gpt.model import GPT, GPTConfig
 
     counters.clear()
     torch.manual_seed(0)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ampkit._files import atomic_write, json_safe
 from ampkit.errors import MissingDependencyError
 
 __all__ = [
@@ -261,12 +262,12 @@ class BenchReport:
         """The ``--json`` document: plain values; non-finite numbers become null."""
         data = asdict(self)
         data = {"schema": SCHEMA, **data}
-        clean: dict[str, Any] = _finite(data)
+        clean: dict[str, Any] = json_safe(data)
         return clean
 
     def write_json(self, path: str | Path) -> None:
         """Write :meth:`to_dict` to ``path`` as indented JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        atomic_write(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     def render(self) -> str:
         """The terminal table, the header lines and the verdict."""
@@ -334,16 +335,6 @@ def _mib(value: int | None) -> str:
     return "-" if value is None else f"{value / 2**20:,.1f} MiB"
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
-
-
 def save_plot(report: BenchReport, path: str | Path) -> None:
     """Draw step time and memory per variant, and the loss curves, into a PNG.
 
@@ -378,4 +369,4 @@ def save_plot(report: BenchReport, path: str | Path) -> None:
     ax_loss.set_title("loss (same batches for every variant)")
     ax_loss.legend(fontsize=8)
     fig.suptitle(f"ampkit bench: {report.description} on {report.device_name}", fontsize=9)
-    fig.savefig(str(path), dpi=110)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110))

@@ -26,8 +26,8 @@ from ampkit.engine import MixedPrecision
 from ampkit.errors import ConfigurationError, PrecisionWarning
 from ampkit.hardware import HardwareInfo
 from ampkit.hardware import probe as probe_hardware
-from ampkit.metrics import peak_memory
 from ampkit.policy import Policy, resolve_device, resolve_precision
+from ampkit.trainer.metrics import peak_memory
 
 __all__ = ["default_precisions", "run_bench"]
 

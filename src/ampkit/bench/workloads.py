@@ -74,8 +74,8 @@ def gpt_workload(
         DataError: the built-in corpus cannot be read.
     """
     from ampkit.bench.flops import gpt_train_flops
-    from ampkit.corpus import load_corpus
-    from ampkit.models import GPT, GPTConfig
+    from ampkit.gpt.corpus import load_corpus
+    from ampkit.gpt.model import GPT, GPTConfig
 
     corpus = load_corpus(max_bytes=max(500_000, 4 * batch_size * (seq_len + 1)))
     corpus.validate(batch_size, seq_len)

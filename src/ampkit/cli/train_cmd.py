@@ -7,7 +7,11 @@ from typing import Any
 
 import click
 
+from ampkit.gpt.config import TrainConfig
+
 __all__ = ["train"]
+
+_DEFAULT = TrainConfig.defaults()
 
 
 def _positive_or_none(value: float) -> float | None:
@@ -17,33 +21,53 @@ def _positive_or_none(value: float) -> float | None:
 @click.command()
 @click.option(
     "--precision",
-    default="auto",
+    default=_DEFAULT["precision"],
     show_default=True,
     help="auto, fp32, fp16, bf16, fp16-mixed or bf16-mixed. auto picks from the hardware.",
 )
 @click.option(
     "--device", default=None, help="cpu, cuda or cuda:N. [default: cuda if available, else cpu]"
 )
-@click.option("--steps", type=int, default=300, show_default=True, help="Optimizer steps.")
 @click.option(
-    "--batch-size", type=int, default=16, show_default=True, help="Sequences per micro-batch."
+    "--steps", type=int, default=_DEFAULT["steps"], show_default=True, help="Optimizer steps."
 )
 @click.option(
-    "--seq-len", type=int, default=128, show_default=True, help="Tokens (bytes) per sequence."
+    "--batch-size",
+    type=int,
+    default=_DEFAULT["batch_size"],
+    show_default=True,
+    help="Sequences per micro-batch.",
 )
 @click.option(
-    "--grad-accum", type=int, default=1, show_default=True, help="Micro-batches per optimizer step."
+    "--seq-len",
+    type=int,
+    default=_DEFAULT["seq_len"],
+    show_default=True,
+    help="Tokens (bytes) per sequence.",
+)
+@click.option(
+    "--grad-accum",
+    type=int,
+    default=_DEFAULT["grad_accum"],
+    show_default=True,
+    help="Micro-batches per optimizer step.",
 )
 @click.option(
     "--max-grad-norm",
     type=float,
-    default=1.0,
+    default=_DEFAULT["max_grad_norm"],
     show_default=True,
     help="Clip the unscaled gradient norm to this; 0 disables clipping.",
 )
-@click.option("--lr", type=float, default=2e-3, show_default=True, help="Peak AdamW learning rate.")
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed for weights and batches."
+    "--lr", type=float, default=_DEFAULT["lr"], show_default=True, help="Peak AdamW learning rate."
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=_DEFAULT["seed"],
+    show_default=True,
+    help="Seed for weights and batches.",
 )
 @click.option(
     "--data",
@@ -58,7 +82,11 @@ def _positive_or_none(value: float) -> float | None:
     help="Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/.",
 )
 @click.option(
-    "--log-every", type=int, default=10, show_default=True, help="Steps between metric rows."
+    "--log-every",
+    type=int,
+    default=_DEFAULT["log_every"],
+    show_default=True,
+    help="Steps between metric rows.",
 )
 @click.option(
     "--checkpoint-every",
@@ -83,7 +111,7 @@ def _positive_or_none(value: float) -> float | None:
 @click.option(
     "--strategy",
     type=click.Choice(["auto", "ddp", "fsdp", "none"]),
-    default="auto",
+    default=_DEFAULT["strategy"],
     show_default=True,
     help="Data parallelism under torchrun: DDP, FSDP2 (fully_shard) or none.",
 )
@@ -130,14 +158,13 @@ def train(**options: Any) -> None:
         raise click.BadParameter(f"{nproc} is invalid; use 1 or more.", param_hint="--nproc")
     if nproc > 1 and "LOCAL_RANK" not in os.environ:
         sys.exit(_launch_torchrun(nproc))
-    from ampkit.training import TrainConfig
-    from ampkit.training import train as run_training
+    from ampkit.gpt.job import train as run_training
 
     show_progress = options.pop("progress") and os.environ.get("RANK", "0") == "0"
     options["compile"] = options.pop("compile_") or options["compile_mode"] is not None
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
-    from ampkit.callbacks import ProgressBar
+    from ampkit.trainer.callbacks import ProgressBar
 
     summary = run_training(config, callbacks=[ProgressBar()] if show_progress else [])
     if os.environ.get("RANK", "0") == "0":

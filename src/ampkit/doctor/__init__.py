@@ -5,20 +5,20 @@
 * :func:`precision_map`: the dtype autocast gave each module.
 """
 
-from ampkit.doctor.diagnose import diagnose as diagnose
+from ampkit.doctor.diagnosis import diagnose as diagnose
+from ampkit.doctor.dtype_map import precision_map as precision_map
 from ampkit.doctor.findings import Tolerances as Tolerances
 from ampkit.doctor.nonfinite import NonFiniteProbe as NonFiniteProbe
 from ampkit.doctor.nonfinite import detect_nonfinite as detect_nonfinite
-from ampkit.doctor.precision_map import precision_map as precision_map
-from ampkit.doctor.report import Finding as Finding
-from ampkit.doctor.report import MapRow as MapRow
-from ampkit.doctor.report import ModuleRow as ModuleRow
 from ampkit.doctor.report import NumericsReport as NumericsReport
-from ampkit.doctor.report import PhaseRow as PhaseRow
-from ampkit.doctor.report import Recommendation as Recommendation
+from ampkit.doctor.rows import MapRow as MapRow
+from ampkit.doctor.rows import ModuleRow as ModuleRow
+from ampkit.doctor.rows import NumericsFinding as NumericsFinding
+from ampkit.doctor.rows import PhaseRow as PhaseRow
+from ampkit.doctor.rows import Recommendation as Recommendation
 
 __all__ = [
-    "Finding",
+    "NumericsFinding",
     "MapRow",
     "ModuleRow",
     "NonFiniteProbe",

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ampkit.doctor.recorder import ModuleState
-from ampkit.doctor.report import Finding, Recommendation
+from ampkit.doctor.rows import NumericsFinding, Recommendation
 from ampkit.doctor.stats import FormatLimits
 
 __all__ = ["Tolerances", "evaluate", "recommend"]
@@ -45,12 +45,12 @@ def _pct(x: float) -> str:
 
 def _candidates(
     state: ModuleState, fmt: str, lim: FormatLimits, scale: float, tol: Tolerances
-) -> list[Finding]:
+) -> list[NumericsFinding]:
     name, found = state.name, []
 
     def add(kind: str, phase: str, precision: str, message: str, **numbers: float) -> None:
         found.append(
-            Finding(
+            NumericsFinding(
                 module=name,
                 kind=kind,  # type: ignore[arg-type]
                 phase=phase,  # type: ignore[arg-type]
@@ -65,7 +65,7 @@ def _candidates(
         step, ranges, dtype = state.nonfinite_origin
         shown = ", ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in ranges) or "none"
         found.append(
-            Finding(
+            NumericsFinding(
                 module=name,
                 kind="non-finite",
                 phase="forward",
@@ -178,7 +178,7 @@ def evaluate(
     lim: FormatLimits,
     scale: float,
     tol: Tolerances,
-) -> list[Finding]:
+) -> list[NumericsFinding]:
     """Findings for format ``fmt`` (gradients at loss ``scale``), each where it starts."""
     raw = [f for s in states.values() for f in _candidates(s, fmt, lim, scale, tol)]
     keys = {(f.module, f.kind, f.phase) for f in raw}
@@ -198,7 +198,7 @@ def evaluate(
 
 def recommend(
     candidate: str,
-    findings: Mapping[str, Sequence[Finding]],
+    findings: Mapping[str, Sequence[NumericsFinding]],
     *,
     loss_scale: float | None,
     bf16_runs: bool,
@@ -225,10 +225,10 @@ def recommend(
             "fix the computation first (see the non-finite findings)"
         )
 
-    def problems(fmt: str) -> list[Finding]:
+    def problems(fmt: str) -> list[NumericsFinding]:
         return [f for f in findings.get(fmt, ()) if f.precision != "fp32"]
 
-    def modules(found: Sequence[Finding], extra: Sequence[str] = ()) -> tuple[str, ...]:
+    def modules(found: Sequence[NumericsFinding], extra: Sequence[str] = ()) -> tuple[str, ...]:
         names = list(dict.fromkeys([*(f.module for f in found), *extra]))
         return tuple(n for n in names if not any(_descendant(n, m) for m in names))
 

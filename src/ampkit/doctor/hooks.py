@@ -21,23 +21,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-__all__ = ["ModuleObserver", "floating_tensors", "observe", "on_grad"]
-
-
-def floating_tensors(value: Any) -> list[torch.Tensor]:
-    """Every floating-point tensor inside ``value`` (looking into tuples, lists and dicts)."""
-    found: list[torch.Tensor] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            if item.is_floating_point():
-                found.append(item)
-        elif isinstance(item, (tuple, list)):
-            stack.extend(reversed(item))
-        elif isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
-    return found
+__all__ = ["ModuleObserver", "observe", "on_grad"]
 
 
 def on_grad(tensors: list[torch.Tensor], callback: Callable[[torch.Tensor], None]) -> None:

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ampkit.doctor.precision_map import format_precision_map
-from ampkit.doctor.report import ModuleRow, NumericsReport, PhaseRow
+from ampkit.doctor.dtype_map import format_precision_map
+from ampkit.doctor.rows import ModuleRow, PhaseRow, ReportView
 from ampkit.doctor.stats import HIST_MIN_EXPONENT
 from ampkit.doctor.text import module_table
 
@@ -56,7 +56,7 @@ def _png(fig: Any) -> str:
 
 
 def _ranges(
-    report: NumericsReport, phase: str, stats: PhaseRow
+    report: ReportView, phase: str, stats: PhaseRow
 ) -> list[tuple[str, float, float, float]]:
     """``(format, smallest subnormal, smallest normal, max)`` in the units of the plot."""
     bars = []
@@ -75,7 +75,7 @@ def _ranges(
     return bars
 
 
-def _panel(ax: Any, report: NumericsReport, phase: str, stats: PhaseRow | None) -> None:
+def _panel(ax: Any, report: ReportView, phase: str, stats: PhaseRow | None) -> None:
     from matplotlib.ticker import LogLocator, NullLocator
 
     ax.set_xscale("log", base=10)
@@ -132,7 +132,7 @@ def _panel(ax: Any, report: NumericsReport, phase: str, stats: PhaseRow | None) 
         )
 
 
-def _module_plot(report: NumericsReport, row: ModuleRow) -> str:
+def _module_plot(report: ReportView, row: ModuleRow) -> str:
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 2.4))
@@ -175,7 +175,7 @@ def _scale_plot(history: Sequence[Mapping[str, Any]]) -> str:
     return _png(fig)
 
 
-def _findings_table(report: NumericsReport) -> str:
+def _findings_table(report: ReportView) -> str:
     if not report.findings:
         return (
             f"<p class='ok'>No overflow, underflow, precision loss or inf/NaN in "
@@ -193,7 +193,7 @@ def _findings_table(report: NumericsReport) -> str:
     )
 
 
-def write_html(report: NumericsReport, path: Path) -> Path:
+def write_html(report: ReportView, path: Path) -> Path:
     """Render ``report`` to ``path`` (parent folders are created) and return the path."""
     rec = report.recommendation
     named = {f.module for f in report.findings}

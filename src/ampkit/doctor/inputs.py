@@ -26,8 +26,8 @@ def builtin_case(
     *, seed: int = 0, batch_size: int = 8, seq_len: int = 64, device: torch.device | None = None
 ) -> Case:
     """A small built-in GPT on the standard-library corpus; each closure call is a new batch."""
-    from ampkit.corpus import load_corpus
-    from ampkit.models import GPT, GPTConfig
+    from ampkit.gpt.corpus import load_corpus
+    from ampkit.gpt.model import GPT, GPTConfig
 
     corpus = load_corpus(max_bytes=200_000)
     torch.manual_seed(seed)

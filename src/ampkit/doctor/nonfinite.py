@@ -8,7 +8,7 @@
             loss = model(batch).loss          # forward and backward are watched
             loss.backward()
             ...
-            if probe.first is not None:       # an ampkit.Finding
+            if probe.first is not None:       # an ampkit.NumericsFinding
                 print(probe.first)
                 break
 
@@ -34,8 +34,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.doctor.hooks import floating_tensors, observe
-from ampkit.doctor.report import Finding
+from ampkit._tree import floating_tensors
+from ampkit.doctor.hooks import observe
+from ampkit.doctor.rows import NumericsFinding
 from ampkit.errors import ConfigurationError, NonFiniteError
 
 __all__ = ["NonFiniteProbe", "detect_nonfinite"]
@@ -119,7 +120,7 @@ class NonFiniteProbe:
         self.model = model
         self.strict = strict
         self.step = 0
-        self._first: Finding | None = None
+        self._first: NumericsFinding | None = None
         self._pending: list[_Event] = []
         self._calls: dict[str, _Call] = {}
         self._minmax = _RangeCache()
@@ -149,8 +150,8 @@ class NonFiniteProbe:
         self.close()
 
     @property
-    def first(self) -> Finding | None:
-        """The first inf/NaN as a :class:`~ampkit.Finding`, or None while everything is finite.
+    def first(self) -> NumericsFinding | None:
+        """The first inf/NaN as a :class:`~ampkit.NumericsFinding`, or None while everything is finite.
 
         Reading it synchronises with the device once if checks are pending.
         """
@@ -283,7 +284,7 @@ class NonFiniteProbe:
     @staticmethod
     def _finding(
         event: _Event, seen: list[tuple[float, float]], given: list[tuple[float, float]]
-    ) -> Finding:
+    ) -> NumericsFinding:
         dtype = "" if event.dtype is None else str(event.dtype).removeprefix("torch.")
         where = event.name or "(model)"
         if event.phase == "forward":
@@ -294,7 +295,7 @@ class NonFiniteProbe:
         else:
             what = f"its {event.source} ({dtype}) hold inf/NaN from a finite output gradient"
         ranges = ", ".join(f"[{lo:.3g}, {hi:.3g}]" for lo, hi in given) or "none"
-        return Finding(
+        return NumericsFinding(
             module=event.name,
             kind="non-finite",
             phase=event.phase,  # type: ignore[arg-type]

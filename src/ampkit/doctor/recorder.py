@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.doctor.hooks import floating_tensors, on_grad
+from ampkit._tree import floating_tensors, map_tensors
+from ampkit.doctor.hooks import on_grad
 from ampkit.doctor.stats import FormatLimits, RangeStats
 
 __all__ = ["CallRecord", "ModuleState", "Recorder", "tensor_ranges"]
@@ -231,15 +232,7 @@ class Recorder:
 
 
 def _clone(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone() if value.is_floating_point() else value
-    if isinstance(value, tuple):
-        return tuple(_clone(v) for v in value)
-    if isinstance(value, list):
-        return [_clone(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _clone(v) for k, v in value.items()}
-    return value
+    return map_tensors(lambda t: t.detach().clone() if t.is_floating_point() else t, value)
 
 
 def _rel_error(reference: list[torch.Tensor], low: list[torch.Tensor]) -> float | None:

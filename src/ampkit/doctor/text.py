@@ -1,9 +1,9 @@
-"""The terminal rendering of a :class:`~ampkit.doctor.report.NumericsReport`."""
+"""The terminal rendering of a :class:`~ampkit.doctor.report.ReportView`."""
 
 from __future__ import annotations
 
-from ampkit.doctor.precision_map import format_precision_map
-from ampkit.doctor.report import ModuleRow, NumericsReport, PhaseRow
+from ampkit.doctor.dtype_map import format_precision_map
+from ampkit.doctor.rows import ModuleRow, PhaseRow, ReportView
 
 __all__ = ["module_table", "render_text"]
 
@@ -34,7 +34,7 @@ def _rel(row: ModuleRow, fmt: str) -> str:
     return f"{value:.1e}"
 
 
-def module_table(report: NumericsReport) -> str:
+def module_table(report: ReportView) -> str:
     """One line per module and phase: largest magnitude, and per format the share of values
     that overflow (``OVER``) or become subnormal/zero; the relative error of the output."""
     rel_fmt = report.precision if report.precision != "fp32" else None
@@ -65,7 +65,7 @@ def module_table(report: NumericsReport) -> str:
     return "\n".join(lines)
 
 
-def render_text(report: NumericsReport) -> str:
+def render_text(report: ReportView) -> str:
     """Findings first (what a person debugging a NaN reads), then the recommendation, then the
     per-module table and the precision map."""
     rec = report.recommendation

@@ -1,6 +1,7 @@
 import torch
 
-from ampkit.loader import ResumableSampler, to_device
+from ampkit._tree import to_device
+from ampkit.trainer.data import ResumableSampler
 
 
 def test_resumed_sampler_continues_the_same_order():
@@ -31,7 +32,7 @@ def test_to_device_moves_nested_batches_and_sets_channels_last():
 
 def test_fsdp_policy_follows_the_ampkit_policy():
     from ampkit import resolve_precision
-    from ampkit.distributed import fsdp_mixed_precision
+    from ampkit.trainer.distributed import fsdp_mixed_precision
 
     bf16 = fsdp_mixed_precision(resolve_precision("bf16", "cpu"))
     assert bf16.param_dtype == torch.bfloat16 and bf16.reduce_dtype == torch.float32

@@ -4,7 +4,7 @@
 
     report = ampkit.diagnose(model, closure, precision="fp16", steps=3)
     print(report.to_text())
-    report.findings          # [Finding(module="blocks.1.mlp.fc", kind="overflow", ...)]
+    report.findings          # [NumericsFinding(module="blocks.1.mlp.fc", kind="overflow", ...)]
     report.recommendation    # Recommendation(precision="bf16", keep_fp32=(), ...)
 
 It runs ``steps`` fp32 steps (``closure()`` then ``loss.backward()``) with hooks on every module,
@@ -23,11 +23,12 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from ampkit.doctor.dtype_map import precision_map as run_precision_map
 from ampkit.doctor.findings import Tolerances, evaluate, recommend
 from ampkit.doctor.hooks import observe
-from ampkit.doctor.precision_map import precision_map as run_precision_map
 from ampkit.doctor.recorder import ModuleState, Recorder
-from ampkit.doctor.report import Finding, MapRow, ModuleRow, NumericsReport, PhaseRow
+from ampkit.doctor.report import NumericsReport
+from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, PhaseRow
 from ampkit.doctor.stats import RangeStats, effective_loss_scale, format_limits
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
 from ampkit.formats import number_formats
@@ -113,7 +114,9 @@ def _row(state: ModuleState, scale: float) -> ModuleRow:
     )
 
 
-def _note_fp32_outputs(findings: list[Finding], pmap: tuple[MapRow, ...]) -> list[Finding]:
+def _note_fp32_outputs(
+    findings: list[NumericsFinding], pmap: tuple[MapRow, ...]
+) -> list[NumericsFinding]:
     """Say so where autocast keeps a flagged module's output in fp32: the range problem then
     shows up where a consumer casts the value down (fp16 islands cover those consumers)."""
     fp32 = {row.module for row in pmap if row.output == "float32"}
@@ -213,7 +216,7 @@ def diagnose(
     grad_max = max((s.backward.max_abs for s in states.values()), default=0.0)
     fp16_scale = effective_loss_scale(grad_max, limits["fp16"], init_scale=init_scale)
     formats = {"fp16": [("fp16", fp16_scale), ("bf16", 1.0)], "bf16": [("bf16", 1.0)]}
-    found: dict[str, list[Finding]] = {
+    found: dict[str, list[NumericsFinding]] = {
         fmt: evaluate(states, fmt, limits[fmt], scale, tol)
         for fmt, scale in formats.get(candidate, [("bf16", 1.0)])
     }

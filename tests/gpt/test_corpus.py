@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from ampkit import DataError
-from ampkit.corpus import load_corpus
+from ampkit.gpt.corpus import load_corpus
 
 
 def test_builtin_corpus_is_python_source_and_deterministic():

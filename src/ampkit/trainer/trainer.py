@@ -4,24 +4,23 @@
 
     join the torchrun process group (if launched by torchrun)
     move the model to the device; channels_last; DDP / FSDP2 wrap; torch.compile
+    build the TrainingParts (model, optimizer, scheduler, engine, counters, dist) once
     resume from a verified checkpoint ("auto": the newest one that verifies)
     [on_fit_start]
     until max_steps optimizer steps:
         for each micro-batch of the resumable, rank-aware loader:
-            with mp.accumulate(model), mp.autocast(): loss = compute_loss(batch)
+            with mp.accumulate(model), mp.autocast(): loss = batch_loss(model, batch)
             mp.backward(loss); result = mp.step(optimizer, scheduler)
             if the window ended: [on_step_end]; log [on_log]; checkpoint [on_checkpoint]
-    [on_fit_end]; destroy the process group ampkit created
+    [on_fit_end] (or [on_exception] when it raised); [close]; destroy the process group
 
-Batch convention: see :func:`ampkit.batch_loss.batch_loss`.
+Batch convention: see :mod:`ampkit.trainer.data`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,22 +28,33 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ampkit import checkpoint as ckpt
-from ampkit.batch_loss import batch_loss
-from ampkit.callbacks import Callback, MetricsFile
-from ampkit.distributed import (
+from ampkit._files import atomic_write
+from ampkit._tree import to_device
+from ampkit.engine import MixedPrecision, StepResult
+from ampkit.errors import CheckpointError, ConfigurationError
+from ampkit.policy import resolve_device
+from ampkit.scaler import LossScaler
+from ampkit.trainer.callbacks import Callback, MetricsFile
+from ampkit.trainer.checkpoint import (
+    TrainingParts,
+    find_resume_checkpoint,
+    full_weights,
+    restore,
+    snapshot,
+)
+from ampkit.trainer.checkpoint_folder import prune_checkpoints, save_checkpoint
+from ampkit.trainer.data import batch_loss, batch_size_of, build_loader
+from ampkit.trainer.distributed import (
+    STRATEGIES,
     DistContext,
     Strategy,
     init_distributed,
     teardown_distributed,
     wrap_model,
 )
-from ampkit.engine import MixedPrecision
-from ampkit.errors import CheckpointError, ConfigurationError
-from ampkit.loader import build_loader, to_device
-from ampkit.metrics import StepMetrics, peak_memory, reset_peak_memory
-from ampkit.policy import resolve_device
-from ampkit.trainer_state import TrainerState, full_weights, restore, snapshot
+from ampkit.trainer.metrics import Throughput, peak_memory, reset_peak_memory
+from ampkit.trainer.result import FitResult
+from ampkit.trainer.state import TrainerState
 
 __all__ = ["FitResult", "Trainer"]
 
@@ -54,33 +64,10 @@ OptimizerLike = torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch
 SchedulerLike = Any  # an LRScheduler, or a callable optimizer -> LRScheduler
 
 
-@dataclass(frozen=True)
-class FitResult:
-    """What ``Trainer.fit`` did (rank 0's view; counters are identical on all ranks)."""
-
-    precision: str
-    reason: str
-    device: str
-    world_size: int
-    steps: int
-    skipped_steps: int
-    final_loss: float
-    samples_per_s: float
-    tokens_per_s: float | None
-    wall_s: float
-    peak_memory_bytes: int
-    peak_memory_kind: str
-    resumed_from: str | None
-    final_scale: float
-    checkpoints: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    scale_history: list[tuple[int, float]] = field(default_factory=list)
-
-
 def _check_positive(name: str, value: int | None, allow_none: bool = True) -> None:
     if value is None and allow_none:
         return
-    if not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(
             f"Trainer: {name}={value!r} is invalid. It must be an integer >= 1."
         )
@@ -115,11 +102,12 @@ class Trainer:
         log_every: steps between logged metrics (one GPU sync each).
         metrics_file: write logged metrics here as JSON lines (rank 0).
         keep_fp32: module names or types to run in fp32 inside autocast
-            (:func:`ampkit.keep_fp32`, e.g. ``ampkit doctor``'s recommendation).
+            (:func:`ampkit.fp32_islands`, e.g. ``ampkit doctor``'s recommendation).
         final_weights: write the final weights here in fp32 safetensors (rank 0; gathered
             from the shards under FSDP2).
         tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
-        scaler_options: extra :class:`~ampkit.LossScaler` settings (fp16 only).
+        scaler: a configured :class:`~ampkit.LossScaler` for fp16 (default: one with the
+            standard settings); refused under bf16/fp32, which need no loss scaling.
 
     Raises:
         ConfigurationError: an invalid setting, a precision the hardware cannot run, an
@@ -157,7 +145,7 @@ class Trainer:
         final_weights: str | Path | None = None,
         keep_fp32: Sequence[str | type[nn.Module]] = (),
         tokens_per_sample: int | None = None,
-        scaler_options: dict[str, Any] | None = None,
+        scaler: LossScaler | None = None,
     ) -> None:
         for name, value, optional in [
             ("max_steps", max_steps, False),
@@ -177,6 +165,11 @@ class Trainer:
                 f"resume: {resume} does not exist. Pass a step-NNNNNNNN folder, or 'auto' to "
                 "continue from the newest valid checkpoint in checkpoint_dir."
             )
+        if strategy not in STRATEGIES:
+            raise ConfigurationError(
+                f"Trainer: strategy={strategy!r} is unknown. Use one of "
+                f"{', '.join(repr(s) for s in STRATEGIES)}."
+            )
         if strategy == "fsdp" and isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigurationError(
                 "Trainer: strategy='fsdp' replaces the parameters when sharding, so pass an "
@@ -190,7 +183,7 @@ class Trainer:
             device,
             grad_accum_steps=grad_accum_steps,
             max_grad_norm=max_grad_norm,
-            **(scaler_options or {}),
+            scaler=scaler,
         )
         if self.mp.policy.uses_scaler and isinstance(optimizer, torch.optim.LBFGS):
             raise ConfigurationError(
@@ -208,16 +201,19 @@ class Trainer:
         self.checkpoint_every, self.keep_last, self.resume = checkpoint_every, keep_last, resume
         self.compile, self.compile_mode = compile, compile_mode
         self.channels_last, self.cudnn_benchmark = channels_last, cudnn_benchmark
-        self.metrics = MetricsFile(metrics_file) if metrics_file else None
-        self.callbacks: list[Callback] = [*([self.metrics] if self.metrics else []), *callbacks]
+        self.callbacks: list[Callback] = [
+            *([MetricsFile(metrics_file)] if metrics_file else []),
+            *callbacks,
+        ]
         self.log_every, self.tokens_per_sample = log_every, tokens_per_sample
         self.final_weights = Path(final_weights) if final_weights else None
         self.fp32_islands = None
         if keep_fp32:  # validated now, before any step; the hooks live as long as the model
-            from ampkit.keep_fp32 import keep_fp32 as make_islands
+            from ampkit.fp32_islands import keep_fp32 as make_islands
 
             self.fp32_islands = make_islands(model, keep_fp32)
         self.state = TrainerState()
+        self.parts: TrainingParts | None = None
         self.notes: list[str] = []
         self.saved: list[str] = []
         self.resumed_from: Path | None = None
@@ -241,6 +237,14 @@ class Trainer:
 
     # -- set-up ------------------------------------------------------------------------------
 
+    def _parts(self) -> TrainingParts:
+        if self.parts is None:
+            raise ConfigurationError(
+                "Trainer: the model, optimizer and scheduler are set up by fit(); call "
+                "fit() before save_checkpoint() or evaluate()."
+            )
+        return self.parts
+
     def _setup(self) -> None:
         model = self.raw_model.to(self.device)
         if self.channels_last:
@@ -258,38 +262,24 @@ class Trainer:
         )
         if self.compile:
             self.model = torch.compile(self.model, mode=self.compile_mode)
+        self.parts = TrainingParts(
+            model=self.raw_model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            engine=self.mp,
+            counters=self.state,
+            dist=self.dist,
+            sharded=self.strategy == "fsdp" and self.dist.distributed,
+        )
 
     def _resume(self) -> None:
-        path = self._resume_path()
+        path, notes = find_resume_checkpoint(self.checkpoint_dir, self.resume)
+        self.notes.extend(notes)
         if path is not None:
-            restore(self, path)
+            restore(self._parts(), path)
             self.resumed_from = path
             self.notes.append(f"resumed from {path} at step {self.state.step}")
             log.info(self.notes[-1])
-        if self.metrics is not None and self.is_main:
-            self.metrics.prepare(None if path is None else self.state.step)
-
-    def _resume_path(self) -> Path | None:
-        if self.resume is None:
-            existing = ckpt.find_checkpoints(self.checkpoint_dir) if self.checkpoint_dir else []
-            if existing:
-                raise ConfigurationError(
-                    f"checkpoint_dir: {self.checkpoint_dir} already holds checkpoints (newest: "
-                    f"step {existing[-1].step}); a fresh run would mix with them. Pass "
-                    "resume='auto' (--resume auto) to continue, or use another folder."
-                )
-            return None
-        if self.resume != "auto":
-            return Path(self.resume)
-        info, problems = ckpt.latest_valid_checkpoint(self.checkpoint_dir)
-        for problem in problems:
-            self.notes.append(f"skipped a bad checkpoint: {problem}")
-            log.warning(self.notes[-1])
-        if info is None:
-            self.notes.append(f"no valid checkpoint in {self.checkpoint_dir}: starting fresh")
-            log.info(self.notes[-1])
-            return None
-        return info.path
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -345,88 +335,76 @@ class Trainer:
             with self.mp:
                 self._setup()
                 self._resume()
+                for callback in self.callbacks:
+                    callback.on_fit_start(self)
                 result = self._loop(train_data)
                 if self.final_weights is not None:
                     self._write_final_weights(self.final_weights)
                 if val_data is not None:
-                    val = self.evaluate(val_data)
-                    result.notes.append(f"validation loss {val:.4f}")
+                    result.notes.append(f"validation loss {self.evaluate(val_data):.4f}")
             for callback in self.callbacks:
                 callback.on_fit_end(self, result)
             return result
+        except BaseException as error:
+            for callback in self.callbacks:
+                callback.on_exception(self, error)
+            raise
         finally:
             for callback in self.callbacks:
-                close = getattr(callback, "close", None)
-                if callable(close):
-                    close()
+                callback.close()
             torch.backends.cudnn.benchmark = saved_bench
             teardown_distributed(self.dist)
 
     def _loop(self, train_data: Any) -> FitResult:
-        optimizer = self.optimizer
-        if optimizer is None:  # pragma: no cover - _setup always sets it
-            raise RuntimeError("Trainer: optimizer missing after set-up")
-        for callback in self.callbacks:
-            callback.on_fit_start(self)
+        parts = self._parts()
         reset_peak_memory(self.device)
-        start = interval = time.perf_counter()
-        loss_sum = torch.zeros((), device=self.device)
-        micro = samples = samples_total = 0
-        last_loss = float("nan")
-        batches = iter(self._batches(train_data)) if self.state.step < self.max_steps else iter(())
+        meter = Throughput(
+            self.device,
+            world_size=self.dist.world_size,
+            grad_accum_steps=self.mp.grad_accum_steps,
+            tokens_per_sample=self.tokens_per_sample,
+        )
+        batches = self._batches(train_data) if self.state.step < self.max_steps else ()
         for batch in batches:
             batch = to_device(batch, self.device, self.channels_last)
             with self.mp.accumulate(self.model):
                 with self.mp.autocast():
                     loss = batch_loss(self.model, batch, self.loss_fn)
                 self.mp.backward(loss)
-            loss_sum += loss.detach().float()
-            micro += 1
-            first = batch[0] if isinstance(batch, (tuple, list)) else batch
-            n = first.shape[0] if isinstance(first, torch.Tensor) else 1
-            samples += n * self.dist.world_size
+            meter.add(loss, batch_size_of(batch))
             self.state.batch_in_epoch += 1
-            result = self.mp.step(optimizer, self.scheduler)
+            result = self.mp.step(parts.optimizer, parts.scheduler)
             if not result.window_done:
                 continue
             self.state.step += 1
-            for callback in self.callbacks:
-                callback.on_step_end(self, result)
             done = self.state.step >= self.max_steps
-            if self.state.step % self.log_every == 0 or done:
-                if self.dist.distributed:
-                    dist.all_reduce(loss_sum)
-                last_loss = float(loss_sum) / (micro * self.dist.world_size)
-                elapsed = time.perf_counter() - interval
-                steps = micro // self.mp.grad_accum_steps
-                metrics = StepMetrics(
-                    step=self.state.step,
-                    loss=last_loss,
-                    lr=optimizer.param_groups[0]["lr"],
-                    scale=result.scale,
-                    skipped=result.skipped,
-                    grad_norm=result.grad_norm,
-                    step_time_ms=1000 * elapsed / steps,
-                    samples_per_s=samples / elapsed,
-                    tokens_per_s=samples * self.tokens_per_sample / elapsed
-                    if self.tokens_per_sample
-                    else None,
-                )
-                for callback in self.callbacks:
-                    callback.on_log(self, metrics)
-                samples_total += samples
-                loss_sum.zero_()
-                micro = samples = 0
-                interval = time.perf_counter()
-            every = self.checkpoint_every
-            if self.checkpoint_dir and ((every and self.state.step % every == 0) or done):
-                self.save_checkpoint()
+            self._after_step(result, meter, done)
             if done:
                 break
-        wall = time.perf_counter() - start
+        return self._result(meter)
+
+    def _after_step(self, result: StepResult, meter: Throughput, done: bool) -> None:
+        """Callbacks, the logged row and the checkpoint of one finished optimizer step."""
+        for callback in self.callbacks:
+            callback.on_step_end(self, result)
+        if self.state.step % self.log_every == 0 or done:
+            metrics = meter.row(
+                step=self.state.step,
+                lr=self._parts().optimizer.param_groups[0]["lr"],
+                scale=result.scale,
+                skipped=result.skipped,
+                grad_norm=result.grad_norm,
+            )
+            for callback in self.callbacks:
+                callback.on_log(self, metrics)
+        every = self.checkpoint_every
+        if self.checkpoint_dir and ((every and self.state.step % every == 0) or done):
+            self.save_checkpoint()
+
+    def _result(self, meter: Throughput) -> FitResult:
+        wall, rate = meter.overall()
         memory, kind = peak_memory(self.device)
         stats = self.mp.stats
-        rate = samples_total / wall if wall > 0 else 0.0
         return FitResult(
             precision=self.mp.policy.precision,
             reason=self.mp.policy.reason,
@@ -434,7 +412,7 @@ class Trainer:
             world_size=self.dist.world_size,
             steps=stats.steps,
             skipped_steps=stats.skipped_steps,
-            final_loss=last_loss,
+            final_loss=meter.last_loss,
             samples_per_s=rate,
             tokens_per_s=rate * self.tokens_per_sample if self.tokens_per_sample else None,
             wall_s=wall,
@@ -454,14 +432,12 @@ class Trainer:
             raise ConfigurationError("Trainer.save_checkpoint: no checkpoint_dir was given.")
         if self.saved and self.saved[-1].endswith(f"step-{self.state.step:08d}"):
             return None
-        weights, state, metadata = snapshot(self)
+        weights, state, metadata = snapshot(self._parts())
         path = None
         if self.is_main:
-            path = ckpt.save_checkpoint(
-                self.checkpoint_dir, self.state.step, weights, state, metadata
-            )
+            path = save_checkpoint(self.checkpoint_dir, self.state.step, weights, state, metadata)
             if self.keep_last:
-                ckpt.prune_checkpoints(self.checkpoint_dir, self.keep_last)
+                prune_checkpoints(self.checkpoint_dir, self.keep_last)
             self.saved.append(str(path))
             for callback in self.callbacks:
                 callback.on_checkpoint(self, path)
@@ -470,14 +446,12 @@ class Trainer:
         return path
 
     def _write_final_weights(self, path: Path) -> None:
-        from safetensors.torch import save_file
+        from safetensors.torch import save
 
-        weights = full_weights(self)  # collective under FSDP2: every rank takes part
+        weights = full_weights(self._parts())  # collective under FSDP2: every rank takes part
         if self.is_main:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            save_file(weights, str(tmp), metadata={"precision": self.mp.policy.precision})
-            tmp.replace(path)
+            atomic_write(path, save(weights, metadata={"precision": self.mp.policy.precision}))
 
     @torch.no_grad()
     def evaluate(self, data: Iterable[Any]) -> float:

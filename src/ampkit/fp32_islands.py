@@ -30,24 +30,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit._tree import to_fp32
 from ampkit.errors import ConfigurationError
 
 __all__ = ["Fp32Islands", "keep_fp32"]
-
-_LOW = (torch.float16, torch.bfloat16)
-
-
-def _to_fp32(value: Any) -> Any:
-    """``value`` with every fp16/bf16 tensor inside (tuples, lists, dicts) cast to fp32."""
-    if isinstance(value, torch.Tensor):
-        return value.float() if value.dtype in _LOW else value
-    if isinstance(value, tuple):
-        return tuple(_to_fp32(v) for v in value)
-    if isinstance(value, list):
-        return [_to_fp32(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_fp32(v) for k, v in value.items()}
-    return value
 
 
 def _first_device_type(module: nn.Module, values: Iterable[Any]) -> str:
@@ -90,7 +76,7 @@ class Fp32Islands:
             region = torch.autocast(device_type, enabled=False)
             region.__enter__()
             regions.append(region)
-            return _to_fp32(args), _to_fp32(kwargs)
+            return to_fp32(args), to_fp32(kwargs)
 
         return pre_hook
 

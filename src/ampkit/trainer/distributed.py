@@ -21,6 +21,7 @@ from ampkit.errors import ConfigurationError
 from ampkit.policy import Policy
 
 __all__ = [
+    "STRATEGIES",
     "DistContext",
     "Strategy",
     "fsdp_mixed_precision",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 Strategy = Literal["auto", "none", "ddp", "fsdp"]
+#: The values ``strategy`` accepts, in the order error messages list them.
+STRATEGIES: tuple[str, ...] = ("auto", "ddp", "fsdp", "none")
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ampkit import CheckpointError
-from ampkit.checkpoint import (
+from ampkit.trainer.checkpoint_folder import (
     find_checkpoints,
     latest_valid_checkpoint,
     load_checkpoint,

@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ampkit.doctor.hooks import floating_tensors, observe
-from ampkit.doctor.report import MapRow
+from ampkit._tree import floating_tensors
+from ampkit.doctor.hooks import observe
+from ampkit.doctor.rows import MapRow
 from ampkit.policy import Policy
 
 __all__ = ["format_precision_map", "precision_map"]

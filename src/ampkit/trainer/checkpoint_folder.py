@@ -1,4 +1,4 @@
-"""Atomic, verified training checkpoints.
+"""Atomic, verified checkpoint folders: the on-disk format of a Trainer checkpoint.
 
 A checkpoint is a folder ``step-00000100/`` holding:
 
@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ampkit._files import atomic_write, fsync_dir
 from ampkit.errors import CheckpointError
 
 __all__ = [
@@ -52,21 +53,6 @@ class CheckpointInfo:
 
     path: Path
     step: int
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _sha256(path: Path) -> str:
@@ -130,13 +116,13 @@ def save_checkpoint(
     manifest: dict[str, Any] = {"format": FORMAT_VERSION, "step": step, "files": {}}
     manifest.update(metadata or {})
     for name, data in files.items():
-        _write_file(tmp / name, data)
+        atomic_write(tmp / name, data)
         manifest["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    _write_file(tmp / _MANIFEST, json.dumps(manifest, indent=2).encode())
-    _write_file(tmp / _MARKER, f"{step}\n".encode())
-    _fsync_dir(tmp)
+    atomic_write(tmp / _MANIFEST, json.dumps(manifest, indent=2).encode())
+    atomic_write(tmp / _MARKER, f"{step}\n".encode())
+    fsync_dir(tmp)
     os.replace(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     return final
 
 

@@ -1,0 +1,83 @@
+"""Durable file writes: every file ampkit writes goes through :func:`atomic_write`.
+
+A reader (or a process restarted after a crash) sees either the old file or the complete new
+one, never a torn one: the bytes go to a temporary file in the same folder, are fsynced, the
+temporary file is renamed over the target with ``os.replace`` and the folder is fsynced so the
+rename itself survives a power cut. On any error the temporary file is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["atomic_write", "fsync_dir", "json_safe", "write_json"]
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Flush a folder's entries (renames, new files) to disk. A no-op where unsupported."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open folders
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(
+    path: str | Path,
+    data: bytes | str | Callable[[IO[bytes]], None],
+    *,
+    encoding: str = "utf-8",
+) -> Path:
+    """Write ``data`` to ``path`` atomically and durably; return the path.
+
+    Args:
+        path: the target file; its folder must exist.
+        data: bytes, text (encoded with ``encoding``), or a function that writes into the
+            open binary file (for writers such as ``torch.save`` or ``Figure.savefig``).
+
+    Raises:
+        OSError: the folder is missing or not writable, or the disk is full; nothing is left
+            behind at ``path`` or beside it.
+    """
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            if callable(data):
+                data(f)
+            else:
+                f.write(data.encode(encoding) if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(target.parent)
+    return target
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as strict-JSON data: non-finite floats become None, tuples become lists,
+    mapping keys become strings (recursively)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_json(path: str | Path, value: Any) -> Path:
+    """Write ``value`` as indented strict JSON (see :func:`json_safe`), atomically."""
+    text = json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n"
+    return atomic_write(path, text)

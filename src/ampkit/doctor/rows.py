@@ -1,0 +1,190 @@
+"""The rows of a doctor report: findings, the recommendation, per-module statistics, and the
+precision map; plus :class:`ReportView`, what renderers read from a report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+from ampkit._files import json_safe
+from ampkit.doctor.stats import HIST_MIN_EXPONENT, Fit
+
+__all__ = [
+    "FindingKind",
+    "MapRow",
+    "ModuleRow",
+    "NumericsFinding",
+    "Phase",
+    "PhaseRow",
+    "Recommendation",
+    "ReportView",
+]
+
+FindingKind = Literal["overflow", "underflow", "precision-loss", "non-finite"]
+Phase = Literal["forward", "backward"]
+
+
+@dataclass(frozen=True)
+class NumericsFinding:
+    """One numerics problem, tied to the module where it starts.
+
+    Attributes:
+        module: the module's name as in ``model.named_modules()`` (``""`` is the model itself).
+        kind: ``overflow``, ``underflow``, ``precision-loss`` or ``non-finite``.
+        phase: ``forward`` (activations) or ``backward`` (gradients).
+        precision: the format the problem happens in (``fp16``, ``bf16``; ``fp32`` for inf/NaN
+            that the fp32 run itself produced).
+        message: one line for people.
+        numbers: the measurements behind it (fractions, magnitudes, limits, loss scale).
+        module_type: the module's class name.
+        step: 1-based step (forward pass) where it was seen, when known.
+        dtype: dtype of the offending tensor, when known.
+        input_ranges: ``(min, max)`` of each floating input of the offending call, when known.
+    """
+
+    module: str
+    kind: FindingKind
+    phase: Phase
+    precision: str
+    message: str
+    numbers: Mapping[str, float] = field(default_factory=dict)
+    module_type: str = ""
+    step: int | None = None
+    dtype: str | None = None
+    input_ranges: tuple[tuple[float, float], ...] = ()
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values (non-finite numbers become None)."""
+        return json_safe(asdict(self))
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """How to train this model, from what the doctor measured.
+
+    Attributes:
+        precision: ``fp16``, ``bf16`` or ``fp32``: the lowest precision the numbers allow.
+        init_scale: initial loss scale for fp16 (the scale dynamic scaling settles on for these
+            gradients); None for bf16/fp32.
+        keep_fp32: module names to run in fp32 (apply with :func:`ampkit.keep_fp32`).
+        reasons: one sentence per decision.
+        hardware: what ``resolve_precision("auto")`` picks on this machine, and why (whether
+            mixed precision is faster here at all).
+    """
+
+    precision: str
+    init_scale: float | None
+    keep_fp32: tuple[str, ...]
+    reasons: tuple[str, ...]
+    hardware: str = ""
+
+    def snippet(self) -> str:
+        """Python that applies this recommendation with :class:`ampkit.MixedPrecision`."""
+        lines = []
+        if self.keep_fp32:
+            lines.append(f"islands = ampkit.keep_fp32(model, {list(self.keep_fp32)!r})")
+        scaler = ""
+        if self.init_scale is not None:
+            scaler = f", scaler=ampkit.LossScaler(init_scale={self.init_scale:g})"
+        lines.append(f'with ampkit.MixedPrecision("{self.precision}"{scaler}) as mp: ...')
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return json_safe(asdict(self))
+
+
+@dataclass(frozen=True)
+class PhaseRow:
+    """One module's activations (forward) or gradients (backward), measured in fp32.
+
+    Attributes:
+        count, zeros, nonfinite: values seen, exact zeros, inf/NaN.
+        max_abs, min_abs: largest and smallest non-zero finite magnitude.
+        fits: per format, how the values would fare (:class:`~ampkit.doctor.stats.Fit`).
+        hist: ``floor(log2|x|)`` histogram; bin ``i`` is exponent ``HIST_MIN_EXPONENT + i``.
+    """
+
+    count: int
+    zeros: int
+    nonfinite: int
+    max_abs: float
+    min_abs: float
+    fits: Mapping[str, Fit]
+    hist: Sequence[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values; the histogram as ``{exponent: count}`` for non-empty bins."""
+        data = asdict(self)
+        data["hist"] = {str(HIST_MIN_EXPONENT + i): c for i, c in enumerate(self.hist) if c}
+        return json_safe(data)
+
+
+@dataclass(frozen=True)
+class ModuleRow:
+    """Everything measured for one module.
+
+    Attributes:
+        name, type: as in ``named_modules()`` and the class name.
+        calls: forward calls seen over all steps.
+        forward, backward: activation and gradient statistics (None if never seen).
+        rel_error: per candidate format, the largest relative error (L2) of the module's
+            output when re-run under autocast in that format from the same fp32 inputs.
+    """
+
+    name: str
+    type: str
+    calls: int
+    forward: PhaseRow | None
+    backward: PhaseRow | None
+    rel_error: Mapping[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values."""
+        return {
+            "name": self.name,
+            "type": self.type,
+            "calls": self.calls,
+            "forward": self.forward.to_dict() if self.forward else None,
+            "backward": self.backward.to_dict() if self.backward else None,
+            "rel_error": json_safe(dict(self.rel_error)),
+        }
+
+
+@dataclass(frozen=True)
+class MapRow:
+    """Where autocast put one module: the dtypes it actually saw and produced.
+
+    Attributes:
+        module, type: name and class name.
+        inputs: dtypes of its floating inputs; output: dtype of its (first) floating output.
+        params: dtypes of its own parameters.
+        finite: whether all its floating outputs were finite.
+    """
+
+    module: str
+    type: str
+    inputs: tuple[str, ...]
+    output: str | None
+    params: tuple[str, ...]
+    finite: bool
+
+
+class ReportView(Protocol):
+    """What the text and HTML renderers read from a :class:`~ampkit.NumericsReport`."""
+
+    precision: str
+    device: str
+    steps: int
+    loss_scale: float | None
+    rows: Sequence[ModuleRow]
+    findings: Sequence[NumericsFinding]
+    recommendation: Recommendation
+    precision_map: Sequence[MapRow] | None
+    formats: Mapping[str, Mapping[str, Any]]
+    scale_history: Sequence[Mapping[str, Any]] | None

@@ -1,0 +1,116 @@
+"""Settings of one ``ampkit train`` run (no torch import: the command line reads its defaults)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from ampkit.errors import ConfigurationError
+
+__all__ = ["TrainConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Settings of one ``ampkit train`` run. Field docs say where each takes effect.
+
+    Attributes:
+        precision: ``auto``/``fp32``/``fp16``/``bf16`` (or alias); resolved once, at start.
+        device: ``cpu``, ``cuda``, ``cuda:N``; None picks CUDA when available.
+        steps: optimizer steps to run (each is ``grad_accum`` micro-batches).
+        batch_size: sequences per micro-batch (per process).
+        seq_len: tokens per sequence; also the model's context length.
+        grad_accum: micro-batches accumulated per optimizer step.
+        max_grad_norm: clip the unscaled gradient norm to this; None disables clipping.
+        lr: peak AdamW learning rate, reached after ``warmup_steps`` linear warm-up steps.
+        warmup_steps: linear warm-up length in optimizer steps (the scheduler advances only
+            on steps that really updated the weights).
+        weight_decay: AdamW decoupled weight decay.
+        seed: seeds the model initialisation and the batch sampler.
+        data: a UTF-8 text file to train on; None uses the built-in standard-library corpus.
+        out: folder for ``metrics.jsonl``, ``summary.json`` and ``model.safetensors``.
+        log_every: write a metrics row (and sync the GPU once) every this many steps.
+        n_layer, n_head, n_embd: shape of the built-in GPT.
+        init_scale, growth_interval: loss-scaler settings, used only for fp16.
+        checkpoint_every: write ``out/checkpoints/step-N`` every N steps (needs ``out``).
+        keep_last: keep only the newest N checkpoints.
+        resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path.
+        compile: ``torch.compile`` the model.
+        compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
+        strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
+        keep_fp32: module names of the GPT to run in fp32 under autocast.
+        detect_nonfinite: stop at the first inf/NaN and name the module that made it.
+    """
+
+    precision: str = "auto"
+    device: str | None = None
+    steps: int = 300
+    batch_size: int = 16
+    seq_len: int = 128
+    grad_accum: int = 1
+    max_grad_norm: float | None = 1.0
+    lr: float = 2e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    seed: int = 0
+    data: str | None = None
+    out: str | None = None
+    log_every: int = 10
+    n_layer: int = 2
+    n_head: int = 4
+    n_embd: int = 128
+    init_scale: float = 2.0**16
+    growth_interval: int = 2000
+    checkpoint_every: int | None = None
+    keep_last: int | None = None
+    resume: str | None = None
+    compile: bool = False
+    compile_mode: str | None = None
+    strategy: str = "auto"
+    keep_fp32: tuple[str, ...] = ()
+    detect_nonfinite: bool = False
+
+    def validate(self) -> None:
+        """Raise one :class:`ConfigurationError` listing every invalid setting.
+
+        Flags are named as on the command line (``--steps``), since that is where users meet them.
+        """
+        problems = [
+            f"--{name.replace('_', '-')} must be {rule}, got {value!r}"
+            for name, value, ok, rule in [
+                ("steps", self.steps, self.steps >= 1, "an integer >= 1"),
+                ("batch_size", self.batch_size, self.batch_size >= 1, "an integer >= 1"),
+                ("seq_len", self.seq_len, self.seq_len >= 1, "an integer >= 1"),
+                ("grad_accum", self.grad_accum, self.grad_accum >= 1, "an integer >= 1"),
+                ("lr", self.lr, math.isfinite(self.lr) and self.lr > 0, "a positive number"),
+                ("warmup_steps", self.warmup_steps, self.warmup_steps >= 0, "an integer >= 0"),
+                ("log_every", self.log_every, self.log_every >= 1, "an integer >= 1"),
+                (
+                    "max_grad_norm",
+                    self.max_grad_norm,
+                    self.max_grad_norm is None or self.max_grad_norm > 0,
+                    "a positive number",
+                ),
+                (
+                    "n_embd",
+                    self.n_embd,
+                    self.n_embd >= 1 and self.n_embd % max(self.n_head, 1) == 0,
+                    f"a positive multiple of --n-head ({self.n_head})",
+                ),
+            ]
+            if not ok
+        ]
+        if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
+            problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
+        if problems:
+            raise ConfigurationError("invalid settings: " + "; ".join(problems) + ".")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values (recorded in ``summary.json`` and in checkpoints)."""
+        return asdict(self)
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Each field's default, by name (the command line's defaults come from here)."""
+        return {f.name: f.default for f in fields(cls)}

@@ -1,0 +1,15 @@
+"""The Trainer: a training loop on :class:`~ampkit.MixedPrecision` with resumable checkpoints,
+DDP/FSDP2 under torchrun, callbacks and metrics.
+
+Modules: :mod:`~ampkit.trainer.trainer` (the loop), :mod:`~ampkit.trainer.state` (loop
+counters), :mod:`~ampkit.trainer.callbacks`, :mod:`~ampkit.trainer.checkpoint` (what a
+checkpoint holds) over :mod:`~ampkit.trainer.checkpoint_folder` (the atomic, verified folder
+format), :mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (loader and batch
+convention), :mod:`~ampkit.trainer.rng`, :mod:`~ampkit.trainer.metrics`.
+"""
+
+from ampkit.trainer.callbacks import Callback as Callback
+from ampkit.trainer.result import FitResult as FitResult
+from ampkit.trainer.trainer import Trainer as Trainer
+
+__all__ = ["Callback", "FitResult", "Trainer"]

@@ -1,0 +1,234 @@
+"""Trainer callbacks: the hooks, and the built-in progress bar, metrics file and TensorBoard.
+
+A callback subclasses :class:`Callback` and overrides the hooks it needs. Hooks run on every
+rank; check ``trainer.is_main`` before writing anything. Hooks see the trainer through
+:class:`TrainerView`, the part of :class:`~ampkit.Trainer` that callbacks may read.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ampkit._files import atomic_write
+from ampkit.errors import ConfigurationError
+from ampkit.trainer.metrics import StepMetrics
+from ampkit.trainer.result import FitResult
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ampkit.engine import MixedPrecision, StepResult
+
+__all__ = [
+    "Callback",
+    "MetricsFile",
+    "NonFiniteMonitor",
+    "ProgressBar",
+    "TensorBoard",
+    "TrainerView",
+]
+
+
+class TrainerView(Protocol):
+    """What a callback may read from the trainer that calls it.
+
+    Attributes:
+        mp: the :class:`~ampkit.MixedPrecision` engine (policy, loss-scale stats).
+        raw_model: the model as the user passed it (not wrapped by DDP/FSDP/compile).
+        max_steps: the optimizer step training stops at.
+        resumed_from: the checkpoint this run resumed from, or None for a fresh run.
+    """
+
+    mp: MixedPrecision
+    raw_model: nn.Module
+    max_steps: int
+    resumed_from: Path | None
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps done."""
+        ...
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this is rank 0."""
+        ...
+
+
+class Callback:
+    """Base class of Trainer callbacks; every hook is a no-op by default.
+
+    Order of calls in ``fit``: ``on_fit_start`` once (after resume), then per optimizer step
+    ``on_step_end`` (every step, cheap: no GPU sync) and ``on_log`` (every ``log_every`` steps
+    and the last), ``on_checkpoint`` after each checkpoint is complete; then ``on_fit_end``
+    when training ended normally or ``on_exception`` when it raised; ``close`` always, last.
+    """
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        """Training is about to start (or resume at ``trainer.step``)."""
+
+    def on_step_end(self, trainer: TrainerView, result: StepResult) -> None:
+        """An optimizer step (or skipped step) has finished."""
+
+    def on_log(self, trainer: TrainerView, metrics: StepMetrics) -> None:
+        """Metrics of a logged step are ready."""
+
+    def on_checkpoint(self, trainer: TrainerView, path: Path) -> None:
+        """A complete checkpoint was written to ``path`` (rank 0 writes)."""
+
+    def on_fit_end(self, trainer: TrainerView, result: FitResult) -> None:
+        """Training has ended normally."""
+
+    def on_exception(self, trainer: TrainerView, error: BaseException) -> None:
+        """Training stopped with ``error`` (which ``fit`` re-raises after the callbacks ran)."""
+
+    def close(self) -> None:
+        """Release what the callback holds (files, bars, hooks); called after every ``fit``."""
+
+
+class MetricsFile(Callback):
+    """Write each logged step to a JSON-lines file on rank 0.
+
+    A fresh run refuses to overwrite an existing non-empty file; a resumed run keeps the rows
+    up to the resumed step (rows written after the checkpoint, before a crash, are dropped,
+    atomically) and appends after them.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._file: Any = None
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        if not trainer.is_main:
+            return
+        if trainer.resumed_from is None:
+            if self.path.exists() and self.path.stat().st_size:
+                raise ConfigurationError(
+                    f"metrics: {self.path} already holds a run's metrics and would be "
+                    "overwritten. Resume that run (resume='auto', --resume auto) or write to "
+                    "another folder."
+                )
+        elif self.path.exists():
+            kept = [
+                line
+                for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= trainer.step
+            ]
+            atomic_write(self.path, "".join(line + "\n" for line in kept))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def on_log(self, trainer: TrainerView, metrics: StepMetrics) -> None:
+        if self._file is not None:
+            self._file.write(metrics.to_json() + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+class ProgressBar(Callback):
+    """A tqdm bar on rank 0 with loss, throughput and (fp16) the loss scale."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        if trainer.is_main:
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=trainer.max_steps,
+                initial=trainer.step,
+                unit="step",
+                dynamic_ncols=True,
+                leave=False,
+            )
+
+    def on_log(self, trainer: TrainerView, metrics: StepMetrics) -> None:
+        if self._bar is None:
+            return
+        rate = metrics.tokens_per_s if metrics.tokens_per_s is not None else metrics.samples_per_s
+        unit = "tok/s" if metrics.tokens_per_s is not None else "samples/s"
+        postfix = {"loss": f"{metrics.loss:.3f}", unit: f"{rate:,.0f}"}
+        if trainer.mp.policy.uses_scaler:
+            postfix["scale"] = f"{metrics.scale:g}"
+        self._bar.set_postfix(postfix, refresh=False)
+        self._bar.update(metrics.step - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class TensorBoard(Callback):
+    """Log loss, learning rate, loss scale and throughput to TensorBoard (rank 0).
+
+    Needs the ``tensorboard`` package; :meth:`available` says whether it is installed.
+    """
+
+    def __init__(self, log_dir: str | Path) -> None:
+        self.log_dir = Path(log_dir)
+        self._writer: Any = None
+
+    @staticmethod
+    def available() -> bool:
+        """Whether ``torch.utils.tensorboard`` can be used here."""
+        import importlib.util
+
+        return importlib.util.find_spec("tensorboard") is not None
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        if trainer.is_main:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(str(self.log_dir))
+
+    def on_log(self, trainer: TrainerView, metrics: StepMetrics) -> None:
+        if self._writer is None:
+            return
+        for name in ("loss", "lr", "scale", "step_time_ms", "samples_per_s"):
+            self._writer.add_scalar(f"train/{name}", getattr(metrics, name), metrics.step)
+        if metrics.grad_norm is not None:
+            self._writer.add_scalar("train/grad_norm", metrics.grad_norm, metrics.step)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+
+class NonFiniteMonitor(Callback):
+    """Watch training for the first inf/NaN and name the module that made it.
+
+    Wraps :func:`ampkit.detect_nonfinite` around ``fit``: the checks of each step are resolved
+    at its end (one sync per step), ``monitor.first`` holds the first
+    :class:`~ampkit.Finding`, and with ``strict=True`` training stops with
+    :class:`~ampkit.NonFiniteError` at the step that produced it.
+    """
+
+    def __init__(self, strict: bool = False) -> None:
+        self.strict = strict
+        self.probe: Any = None
+
+    @property
+    def first(self) -> Any:
+        """The first inf/NaN as a Finding, or None."""
+        return None if self.probe is None else self.probe.first
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        from ampkit.doctor import detect_nonfinite
+
+        self.probe = detect_nonfinite(trainer.raw_model, strict=self.strict).start()
+
+    def on_step_end(self, trainer: TrainerView, result: StepResult) -> None:
+        self.probe.on_step()
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.close()
