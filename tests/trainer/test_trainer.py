@@ -180,6 +180,8 @@ def test_fresh_run_refuses_to_overwrite_metrics(tmp_path):
         ({"grad_accum_steps": 0}, ConfigurationError, "grad_accum_steps"),
         ({"checkpoint_every": 5}, ConfigurationError, "need checkpoint_dir"),
         ({"precision": "fp8"}, ConfigurationError, "Accepted"),
+        ({"strategy": "bogus"}, ConfigurationError, "strategy='bogus' is unknown"),
+        ({"log_every": True}, ConfigurationError, "log_every"),
     ],
 )
 def test_bad_settings_raise_at_construction(kwargs, error, match):
@@ -236,9 +238,67 @@ def test_callbacks_see_every_step_and_log():
         def on_fit_end(self, trainer, result):
             self.events.append("end")
 
+        def close(self):
+            self.events.append("close")
+
     recorder = Recorder()
     make(max_steps=4, log_every=2, callbacks=[recorder]).fit(dataset())
-    assert recorder.events == ["start", "step1", "step2", "log2", "step3", "step4", "log4", "end"]
+    assert recorder.events == [
+        *("start", "step1", "step2", "log2", "step3", "step4", "log4", "end", "close")
+    ]
+
+
+def test_a_failing_step_reaches_on_exception_then_close_and_is_reraised():
+    class Boom(ampkit.Callback):
+        def __init__(self):
+            self.events = []
+
+        def on_step_end(self, trainer, result):
+            if trainer.step == 2:
+                raise RuntimeError("boom at step 2")
+
+        def on_fit_end(self, trainer, result):
+            self.events.append("end")
+
+        def on_exception(self, trainer, error):
+            self.events.append(f"exception:{error}")
+
+        def close(self):
+            self.events.append("close")
+
+    boom = Boom()
+    with pytest.raises(RuntimeError, match="boom at step 2"):
+        make(max_steps=4, callbacks=[boom]).fit(dataset())
+    assert boom.events == ["exception:boom at step 2", "close"]
+
+
+def test_dict_batches_count_their_leading_dimension_as_samples():
+    class DictModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(12, 3)
+
+        def forward(self, x, y):
+            return {"loss": nn.functional.cross_entropy(self.lin(x), y)}
+
+    batches = [{"x": torch.randn(8, 12), "y": torch.randint(0, 3, (8,))} for _ in range(4)]
+    seen = []
+
+    class Rows(ampkit.Callback):
+        def on_log(self, trainer, metrics):
+            seen.append(metrics.samples_per_s * metrics.step_time_ms / 1000)
+
+    model = DictModel()
+    Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        max_steps=4,
+        precision="fp32",
+        device="cpu",
+        log_every=1,
+        callbacks=[Rows()],
+    ).fit(batches)
+    assert seen == pytest.approx([8.0] * 4)  # samples per step = the batch's leading dimension
 
 
 def test_predict_returns_fp32_in_inference_mode_and_restores_mode():
