@@ -39,11 +39,16 @@ def capture(
 ) -> torch.export.ExportedProgram:
     """``torch.export.export(module, inputs)`` with its failures as one line each.
 
+    ``module`` takes the flat inputs positionally (``forward(*flat)``); ``dynamic_shapes`` has
+    one entry per input (``{0: torch.export.Dim("batch")}`` or None).
+
     Raises:
         ExportError: a dimension marked dynamic was specialised by the model (the message
             names it and the constant), or the model cannot be traced (the first line of
             torch's reason).
     """
+    if dynamic_shapes is not None:  # one entry per flat input; ``forward(*flat)`` groups them
+        dynamic_shapes = (tuple(dynamic_shapes),)
     try:
         return torch.export.export(module, tuple(inputs), dynamic_shapes=dynamic_shapes)
     except Exception as exc:  # torch raises UserError, GuardOnDataDependent, TypeError, ...

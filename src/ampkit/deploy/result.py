@@ -29,7 +29,7 @@ class ExportResult:
         fp32_nodes: ONNX nodes kept in fp32 by reason (``op:Softmax``, ``module:head``,
             ``propagated``): how far the block-list reached in this graph.
         input_names, output_names: the exported model's inputs and outputs, in order.
-        parity: the verdict table (None when the check was switched off).
+        parity: the verdict tables, one per runtime (empty when the check was switched off).
         notes: everything the export changed or could not do, one sentence each: clipped
             constants, keep_fp32 names that matched nothing, a stand-in runtime.
         seconds: wall time of the whole export, parity check included.
@@ -44,14 +44,14 @@ class ExportResult:
     fp32_nodes: dict[str, str]
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
-    parity: ParityReport | None
+    parity: tuple[ParityReport, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
     seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
-        """The parity check passed (True when it was switched off)."""
-        return self.parity is None or self.parity.passed
+        """Every parity table passed (True when the check was switched off)."""
+        return all(report.passed for report in self.parity)
 
     def to_text(self) -> str:
         """A short summary and the parity table."""
@@ -82,16 +82,16 @@ class ExportResult:
             )
         lines.append(f"       time  {self.seconds:.1f} s")
         lines.extend(f"       note  {n}" for n in self.notes)
-        if self.parity is not None:
-            lines += ["", self.parity.to_text()]
-        else:
+        for report in self.parity:
+            lines += ["", report.to_text()]
+        if not self.parity:
             lines += ["", "parity check skipped (check=False)"]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready values (``passed`` included)."""
         data = asdict(self)
-        data["parity"] = self.parity.to_dict() if self.parity else None
+        data["parity"] = [report.to_dict() for report in self.parity]
         data["passed"] = self.passed
         return data
 

@@ -4,6 +4,11 @@
 ONNX Runtime's CPU provider has no bfloat16 kernels for ``MatMul``/``Gemm``. A bf16 graph that
 it refuses is run by ``onnx.reference.ReferenceEvaluator`` (numpy and ``ml_dtypes``, slow but
 exact to the ONNX spec) and the report says so; any other refusal is an error naming the node.
+
+ONNX Runtime's CPU provider also runs fp16 nodes that lack CPU kernels in fp32 (it inserts
+casts, then removes the pairs that cancel), so an fp16 overflow inside the graph does not show
+on it. :func:`run_reference` computes every node in its declared dtype; the exporter runs it on
+the first parity batch of every fp16 graph, as a second table.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import torch
 from ampkit.deploy.dependencies import require
 from ampkit.errors import ExportError
 
-__all__ = ["run_onnx", "run_program"]
+__all__ = ["run_onnx", "run_program", "run_reference"]
 
 _NODE = re.compile(r"node with name '([^']*)'")
 
@@ -55,17 +60,14 @@ def run_onnx(
         text = str(exc)
         node = _NODE.search(text)
         if allow_reference and "NOT_IMPLEMENTED" in text:
-            onnx = require("onnx")
-            reference = onnx.reference.ReferenceEvaluator(onnx.load_from_string(model_bytes))
-            names = [i.name for i in onnx.load_from_string(model_bytes).graph.input]
-            outputs = [list(reference.run(None, _feeds(names, input_names, b))) for b in batches]
+            outputs, runtime, _ = run_reference(model_bytes, input_names, batches)
             why = (
                 f"onnxruntime {ort.__version__} (CPU) has no kernel for node "
                 f"{node.group(1) if node else '?'} in this dtype, so the parity check ran in "
-                f"onnx {onnx.__version__}'s ReferenceEvaluator; serve it on a runtime with "
-                "bf16 kernels (onnxruntime CUDA, TensorRT)"
+                "the ONNX reference evaluator; serve it on a runtime with bf16 kernels "
+                "(onnxruntime CUDA, TensorRT)"
             )
-            return outputs, f"onnx.reference (onnx {onnx.__version__})", [why]
+            return outputs, runtime, [why]
         where = f" at node {node.group(1)!r}" if node else ""
         raise ExportError(
             f"export: onnxruntime refused the exported graph{where}: {text.splitlines()[0]}. "
@@ -74,6 +76,24 @@ def run_onnx(
     names = [i.name for i in session.get_inputs()]
     outputs = [list(session.run(None, _feeds(names, input_names, b))) for b in batches]
     return outputs, f"onnxruntime {ort.__version__} (CPU)", []
+
+
+def run_reference(
+    model_bytes: bytes, input_names: Sequence[str], batches: Sequence[Sequence[torch.Tensor]]
+) -> tuple[list[list[np.ndarray]], str, list[str]]:
+    """Run the serialized ONNX model in ``onnx.reference.ReferenceEvaluator``: every node in
+    its declared dtype (numpy; ``ml_dtypes`` for bf16), overflow included.
+
+    Raises:
+        MissingDependencyError: onnx is not installed.
+    """
+    onnx = require("onnx")
+    model = onnx.load_from_string(model_bytes)
+    reference = onnx.reference.ReferenceEvaluator(model)
+    names = [i.name for i in model.graph.input]
+    with np.errstate(all="ignore"):  # overflow is what this run looks for; it is counted
+        outputs = [list(reference.run(None, _feeds(names, input_names, b))) for b in batches]
+    return outputs, f"onnx.reference (onnx {onnx.__version__})", []
 
 
 def run_program(
