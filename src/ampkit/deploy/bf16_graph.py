@@ -64,8 +64,12 @@ def _computes_in_bf16(onnx: Any, node: Any, opset: int, types: dict[str, int]) -
     return "tensor(bfloat16)" in allowed.get(next(iter(inputs)), set())
 
 
-def convert_to_bf16(model: Any, fp32_nodes: set[str], keep_io_types: bool = True) -> Any:
-    """A copy of the fp32 ``model`` computing in bf16 except the nodes named in ``fp32_nodes``.
+def convert_to_bf16(
+    model: Any, fp32_nodes: set[str], keep_io_types: bool = True
+) -> tuple[Any, dict[str, str]]:
+    """A copy of the fp32 ``model`` computing in bf16 except the nodes named in ``fp32_nodes``,
+    and ``{node: reason}`` for the other nodes that had to stay fp32 (an op whose schema at the
+    graph's opset has no bfloat16, e.g. ``Conv`` before opset 22).
 
     Raises:
         MissingDependencyError: onnx is not installed.
@@ -82,6 +86,14 @@ def convert_to_bf16(model: Any, fp32_nodes: set[str], keep_io_types: bool = True
         node.name
         for node in graph.node
         if node.name not in fp32_nodes and _computes_in_bf16(onnx, node, opset, types)
+    }
+    stayed = {
+        node.name: f"no-bf16:{node.op_type} (opset {opset})"
+        for node in graph.node
+        if node.name not in fp32_nodes
+        and node.name not in low
+        and any(types.get(n) == _FP32 for n in [*node.input, *node.output])
+        and node.op_type not in ("Cast", "Constant", "Shape")
     }
     dtype: dict[str, int] = dict(types)  # dtype of each value after the pass
     for node in graph.node:
@@ -179,4 +191,4 @@ def convert_to_bf16(model: Any, fp32_nodes: set[str], keep_io_types: bool = True
     del graph.node[:]
     graph.node.extend(nodes)
     del graph.value_info[:]  # stale types; runtimes and onnx.shape_inference re-derive them
-    return model
+    return model, stayed

@@ -28,7 +28,12 @@ _NODE = re.compile(r"%(\w+)")
 
 
 def _first_line(exc: BaseException) -> str:
+    """The line that says what went wrong (torch.onnx puts it under "Exception summary")."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if "## Exception summary" in lines:
+        after = lines[lines.index("## Exception summary") + 1 :]
+        if after:
+            return after[0]
     return lines[0] if lines else type(exc).__name__
 
 

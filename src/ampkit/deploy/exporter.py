@@ -124,6 +124,11 @@ def _onnx_bytes(flat, signature, output_names, precision, keep, keep_io_types, d
     lowering = lower(proto, precision, keep, keep_io_types)
     validate_dtypes(lowering.model)
     notes = [f"constant clipped to the fp16 range: {c}" for c in lowering.clipped]
+    if lowering.repaired:
+        notes.append(
+            f"cast {lowering.repaired} fp32 input(s) of fp16 nodes that the fp16 converter left "
+            "fp32 (graph outputs also read inside the graph)"
+        )
     if lowering.missing_modules:
         notes.append(
             f"keep_fp32 names matched no node of the graph: {', '.join(lowering.missing_modules)}"

@@ -16,7 +16,12 @@ fp16 goes through ``onnxconverter_common.float16.convert_float_to_float16`` (mai
 handles subgraphs and value infos) with the fp32 list as its node block-list and fp16's real
 limits (65504 and 2**-24) instead of its defaults (1e4 and 1e-7), which would clip legitimate
 weights; each constant it still clips (a ``-3.4e38`` attention mask becomes ``-65504``) is
-reported. bf16 goes through :mod:`ampkit.deploy.bf16_graph` (no library converts to bf16).
+reported. One repair follows it, our own: the converter keeps a graph output fp32 under
+``keep_io_types`` even when nodes inside the graph read that value too (T5's
+``encoder_last_hidden_state`` feeds every cross-attention), leaving fp16 x fp32 ``MatMul``s
+that ONNX Runtime refuses; :func:`_repair_fp16_inputs` casts such inputs to fp16 and the
+result says how many. bf16 goes through :mod:`ampkit.deploy.bf16_graph` (no library converts
+to bf16).
 """
 
 from __future__ import annotations
@@ -65,10 +70,12 @@ class Lowering:
     Attributes:
         model: the converted ``onnx.ModelProto``.
         fp32_nodes: ``{node name: reason}`` (``op:Softmax``, ``module:blocks.0.mlp``,
-            ``propagated``) for every node kept in fp32.
+            ``propagated``, and for bf16 ``no-bf16:Conv (opset 18)``: the op's schema has no
+            bfloat16 at the graph's opset) for every node kept in fp32.
         clipped: one line per constant the conversion clipped to the format's range.
         missing_modules: ``keep_fp32`` names that matched no node of the graph.
         fp32_size: serialized size of the fp32 graph (same metadata), for the size ratio.
+        repaired: node inputs the fp16 converter left fp32 and this module cast to fp16.
     """
 
     model: Any
@@ -76,6 +83,7 @@ class Lowering:
     clipped: tuple[str, ...]
     missing_modules: tuple[str, ...]
     fp32_size: int
+    repaired: int = 0
 
 
 def module_of_nodes(model: Any, wrapper: str = "model") -> dict[str, tuple[str, ...]]:
@@ -175,6 +183,39 @@ def _fp16(model: Any, fp32_nodes: set[str], keep_io_types: bool) -> tuple[Any, t
     return converted, tuple(dict.fromkeys(clipped))
 
 
+def _repair_fp16_inputs(model: Any, fp32_nodes: set[str]) -> int:
+    """Cast the fp32 inputs of fp16 nodes that :func:`check_dtypes` finds mixed; returns how many."""
+    from onnx import TensorProto, helper
+
+    from ampkit.deploy.dtypes import check_dtypes
+
+    problems = [p for p in check_dtypes(model) if p.node not in fp32_nodes]
+    fixes = {
+        (p.node, name)
+        for p in problems
+        if {d for _, d in p.inputs} == {"float16", "float32"}
+        for name, dtype in p.inputs
+        if dtype == "float32"
+    }
+    nodes, casts = [], {}
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if (node.name, name) in fixes:
+                if name not in casts:
+                    casts[name] = f"{name}_repaired_fp16"
+                    nodes.append(
+                        helper.make_node(
+                            "Cast", [name], [casts[name]], f"{name}_repair_cast",
+                            to=TensorProto.FLOAT16,
+                        )
+                    )  # fmt: skip
+                node.input[i] = casts[name]
+        nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return len(fixes)
+
+
 def lower(
     model: Any, precision: str, keep_fp32: Sequence[str] = (), keep_io_types: bool = True
 ) -> Lowering:
@@ -194,10 +235,17 @@ def lower(
     plan, missing = plan_fp32_nodes(model, keep_fp32)
     if precision == "fp16":
         converted, clipped = _fp16(model, set(plan), keep_io_types)
+        repaired = _repair_fp16_inputs(converted, set(plan))
     else:
         from ampkit.deploy.bf16_graph import convert_to_bf16
 
-        converted, clipped = convert_to_bf16(model, set(plan), keep_io_types), ()
+        converted, stayed = convert_to_bf16(model, set(plan), keep_io_types)
+        plan, clipped, repaired = {**plan, **stayed}, (), 0
     return Lowering(
-        model=converted, fp32_nodes=plan, clipped=clipped, missing_modules=missing, fp32_size=size
+        model=converted,
+        fp32_nodes=plan,
+        clipped=clipped,
+        missing_modules=missing,
+        fp32_size=size,
+        repaired=repaired,
     )

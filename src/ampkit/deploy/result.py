@@ -76,10 +76,14 @@ class ExportResult:
             reasons = Counter(r.split(":")[0] for r in self.fp32_nodes.values())
             ops = Counter(r[3:] for r in self.fp32_nodes.values() if r.startswith("op:"))
             by_op = ", ".join(f"{op} {n}" for op, n in sorted(ops.items()))
+            no_bf16 = sorted({r.split(":", 1)[1] for r in self.fp32_nodes.values()
+                              if r.startswith("no-bf16:")})  # fmt: skip
             lines.append(
                 f" fp32 nodes  {len(self.fp32_nodes)}: by op {reasons['op']} ({by_op}), "
                 f"by module {reasons['module']}, propagated {reasons['propagated']}"
-            )
+                + (f", no bf16 in the op's schema {reasons['no-bf16']} ({', '.join(no_bf16)})"
+                   if no_bf16 else "")
+            )  # fmt: skip
         lines.append(f"       time  {self.seconds:.1f} s")
         lines.extend(f"       note  {n}" for n in self.notes)
         for report in self.parity:
