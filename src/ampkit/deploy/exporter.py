@@ -32,6 +32,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from ampkit._files import atomic_write
 from ampkit.deploy.parity import TOLERANCES, Tolerance, compare
 from ampkit.deploy.result import ExportResult
 from ampkit.deploy.signature import (
@@ -65,23 +66,6 @@ class _Autocast(nn.Module):
         if self.keep_io_types:
             return tuple(t.float() if t.is_floating_point() else t for t in outputs)
         return outputs
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _validate(model: nn.Module, precision: str, format: str, path: str | os.PathLike) -> str:
@@ -257,7 +241,7 @@ def export(
             result=replace(result, path=None),
         )
     target.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomically(target, data)
+    atomic_write(target, data)
     return result
 
 

@@ -52,7 +52,7 @@ def _weights_file(path: Path) -> tuple[Path, Path | None]:
             "a checkpoint folder (DIR/checkpoints/step-N) or a model.safetensors file."
         )
     if (path / "manifest.json").is_file():
-        from ampkit.checkpoint import verify_checkpoint
+        from ampkit.trainer.checkpoint_folder import verify_checkpoint
 
         verify_checkpoint(path)
         return path / "model.safetensors", path.parent.parent / "summary.json"
@@ -95,7 +95,7 @@ def load_gpt(checkpoint: str | Path | None, *, seed: int = 0) -> tuple[GPTLogits
     Raises:
         CheckpointError: as :func:`load_weights`, weights of another model, or no head count.
     """
-    from ampkit.models import GPT, GPTConfig
+    from ampkit.gpt.model import GPT, GPTConfig
 
     if checkpoint is None:
         torch.manual_seed(seed)
@@ -160,7 +160,7 @@ def fit(model: nn.Module, weights: dict[str, torch.Tensor], file: Path) -> None:
 
 def held_out_batches(count: int, batch_size: int, seq_len: int) -> list[torch.Tensor]:
     """``count`` batches of ``(batch_size, seq_len)`` byte tokens of held-out text."""
-    from ampkit.corpus import stdlib_corpus_bytes
+    from ampkit.gpt.corpus import stdlib_corpus_bytes
 
     data = stdlib_corpus_bytes(_TRAIN_BYTES + 400_000)[_TRAIN_BYTES:]
     tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
