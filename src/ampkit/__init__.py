@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ampkit._tree import to_device as to_device
+    from ampkit.deploy import ExportResult as ExportResult
+    from ampkit.deploy import export as export
     from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
     from ampkit.doctor import NumericsFinding as NumericsFinding
     from ampkit.doctor import NumericsReport as NumericsReport
@@ -28,8 +30,10 @@ if TYPE_CHECKING:
     from ampkit.errors import CheckpointError as CheckpointError
     from ampkit.errors import ConfigurationError as ConfigurationError
     from ampkit.errors import DataError as DataError
+    from ampkit.errors import ExportError as ExportError
     from ampkit.errors import NonFiniteError as NonFiniteError
     from ampkit.errors import NonFiniteTrainingError as NonFiniteTrainingError
+    from ampkit.errors import ParityError as ParityError
     from ampkit.errors import PrecisionWarning as PrecisionWarning
     from ampkit.errors import ScalerStateError as ScalerStateError
     from ampkit.errors import UnsupportedPrecisionError as UnsupportedPrecisionError
@@ -56,6 +60,8 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "Callback": "ampkit.trainer",
     "NumericsFinding": "ampkit.doctor",
+    "ExportResult": "ampkit.deploy",
+    "export": "ampkit.deploy",
     "NonFiniteProbe": "ampkit.doctor",
     "NumericsReport": "ampkit.doctor",
     "Recommendation": "ampkit.doctor",
@@ -69,8 +75,10 @@ _EXPORTS: dict[str, str] = {
     "CheckpointError": "ampkit.errors",
     "ConfigurationError": "ampkit.errors",
     "DataError": "ampkit.errors",
+    "ExportError": "ampkit.errors",
     "NonFiniteError": "ampkit.errors",
     "NonFiniteTrainingError": "ampkit.errors",
+    "ParityError": "ampkit.errors",
     "PrecisionWarning": "ampkit.errors",
     "ScalerStateError": "ampkit.errors",
     "UnsupportedPrecisionError": "ampkit.errors",
@@ -113,6 +121,8 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DataError",
+    "ExportError",
+    "ExportResult",
     "FitResult",
     "Fp32Islands",
     "LossScaler",
@@ -123,6 +133,7 @@ __all__ = [
     "NumericsFinding",
     "NumberFormat",
     "NumericsReport",
+    "ParityError",
     "Policy",
     "PrecisionWarning",
     "Recommendation",
@@ -136,6 +147,7 @@ __all__ = [
     "UnsupportedPrecisionError",
     "detect_nonfinite",
     "diagnose",
+    "export",
     "keep_fp32",
     "number_format",
     "number_formats",

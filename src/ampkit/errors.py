@@ -13,9 +13,11 @@ __all__ = [
     "CheckpointError",
     "ConfigurationError",
     "DataError",
+    "ExportError",
     "MissingDependencyError",
     "NonFiniteError",
     "NonFiniteTrainingError",
+    "ParityError",
     "PrecisionWarning",
     "ScalerStateError",
     "UnsupportedPrecisionError",
@@ -81,3 +83,22 @@ class MissingDependencyError(AmpkitError, ImportError):
     """An optional feature needs a package that is not installed (the message names the extra)."""
 
     exit_code = 2
+
+
+class ExportError(AmpkitError, RuntimeError):
+    """A model could not be exported: an op with no ONNX translation, a dynamic dimension the
+    exporter specialised, or a graph whose node inputs disagree in dtype (the message names the
+    op, the dimension or the node)."""
+
+
+class ParityError(ExportError):
+    """The exported model's outputs are non-finite or outside the documented tolerance.
+
+    Attributes:
+        result: the :class:`~ampkit.deploy.ExportResult` with the parity table (nothing was
+            written to the output path).
+    """
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result

@@ -41,12 +41,14 @@ def main() -> None:
       ampkit lint train.py              # find AMP bugs (unscaled clipping, ...) statically
       ampkit doctor                     # which layers break fp16, and what to train in
       ampkit bench                      # is mixed precision faster for this model here? measured
+      ampkit export --checkpoint runs/a --out gpt.onnx   # fp16 ONNX, checked against fp32
     """
 
 
 def _register() -> None:
     from ampkit.cli.bench_cmd import bench
     from ampkit.cli.doctor_cmd import doctor
+    from ampkit.cli.export_cmd import export
     from ampkit.cli.formats_cmd import formats
     from ampkit.cli.lint_cmd import lint
     from ampkit.cli.train_cmd import train
@@ -56,6 +58,7 @@ def _register() -> None:
     main.add_command(lint)
     main.add_command(doctor)
     main.add_command(bench)
+    main.add_command(export)
 
 
 _register()

@@ -1,0 +1,152 @@
+"""``ampkit export``: a trained model to an fp16/bf16 ONNX file (or ExportedProgram), checked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+__all__ = ["export"]
+
+
+@click.command("export")
+@click.option(
+    "--model",
+    "model_spec",
+    default="gpt",
+    show_default=True,
+    metavar="gpt|MODULE:FACTORY",
+    help="gpt: the built-in GPT; or a function returning (model, example_inputs).",
+)
+@click.option(
+    "--checkpoint",
+    default=None,
+    metavar="RUN_OR_CHECKPOINT",
+    help="A run folder (ampkit train --out DIR), DIR/checkpoints/step-N or a .safetensors file "
+    "with the fp32 weights. [default: the model as built]",
+)
+@click.option(
+    "--precision",
+    default="fp16",
+    show_default=True,
+    help="fp16, bf16 or fp32 (weights and compute; see docs/export.md for what stays fp32).",
+)
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(["onnx", "torch-export"]),
+    default="onnx",
+    show_default=True,
+    help="onnx (torch's dynamo exporter) or torch-export (ExportedProgram under autocast).",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The file to write (.onnx, or .pt2). Written only if the parity check passes.",
+)
+@click.option(
+    "--keep-fp32",
+    multiple=True,
+    metavar="MODULE",
+    help="Keep this module in fp32 (repeatable). [default: the modules `ampkit doctor` flags]",
+)
+@click.option(
+    "--keep-io-types/--no-keep-io-types",
+    default=True,
+    show_default=True,
+    help="Keep the graph's floating inputs and outputs fp32.",
+)
+@click.option(
+    "--batches",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Parity batches (held-out text for the GPT, random for a factory) besides the example.",
+)
+@click.option("--check/--no-check", default=True, show_default=True, help="Run the parity check.")
+@click.option(
+    "--dynamic-batch",
+    is_flag=True,
+    help="Export with a dynamic batch dimension (dimension 0 of every input).",
+)
+@click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the result and the parity table as JSON here ('-' for stdout).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
+def export(**options: Any) -> None:
+    """Export a model in fp16/bf16 and check it against the fp32 model.
+
+    The low-precision graph keeps normalisations, softmax, reductions, pow/sqrt/exp and the
+    modules the doctor flags in fp32, and its inputs and outputs fp32. The parity check runs
+    the exported file (ONNX Runtime on the CPU, or torch.export.load) on the example and on
+    --batches more, and compares every output with the fp32 model: max abs and rel error,
+    top-1 agreement, non-finite values. It exits 1 and writes nothing when the check fails.
+
+    \b
+    Examples:
+      ampkit train --out runs/a && ampkit export --checkpoint runs/a --out gpt-fp16.onnx
+      ampkit export --checkpoint runs/a --precision bf16 --out gpt-bf16.onnx --json -
+      ampkit export --checkpoint runs/a/checkpoints/step-00000300 --out gpt.onnx
+      ampkit export --model mymodels.vit:make --keep-fp32 head --dynamic-batch --out vit.onnx
+      ampkit export --checkpoint runs/a --format torch-export --out gpt-fp16.pt2
+    """
+    from ampkit.deploy import export as run_export
+    from ampkit.deploy.sources import fit as fit_weights
+    from ampkit.deploy.sources import held_out_batches, load_factory, load_gpt, load_weights
+    from ampkit.errors import ConfigurationError, ParityError
+
+    if options["batches"] < 0:
+        raise ConfigurationError(f"--batches: {options['batches']} is invalid. Use 0 or more.")
+    if options["model_spec"] == "gpt":
+        model, seq_len = load_gpt(options["checkpoint"], seed=options["seed"])
+        batches = held_out_batches(options["batches"] + 1, 4, seq_len)
+        example, parity_batches = (batches[0],), [(b,) for b in batches[1:]]
+    else:
+        model, example = load_factory(options["model_spec"])
+        parity_batches = options["batches"]
+        if options["checkpoint"]:
+            weights, file, _ = load_weights(options["checkpoint"])
+            fit_weights(model, weights, file)
+    dynamic = None
+    if options["dynamic_batch"]:
+        import torch
+
+        batch = torch.export.Dim("batch")
+        count = len(example) if isinstance(example, (tuple, list, dict)) else 1
+        dynamic = tuple({0: batch} for _ in range(count))
+    try:
+        result = run_export(
+            model,
+            example,
+            options["out"],
+            precision=options["precision"],
+            format=options["format_"],
+            keep_fp32=list(options["keep_fp32"]) or None,
+            keep_io_types=options["keep_io_types"],
+            check=options["check"],
+            parity_batches=parity_batches,
+            dynamic_shapes=dynamic,
+            seed=options["seed"],
+        )
+    except ParityError as exc:
+        if exc.result is not None:
+            _report(exc.result, options["json_path"])
+        raise
+    _report(result, options["json_path"])
+
+
+def _report(result: Any, json_path: str | None) -> None:
+    if json_path == "-":
+        click.echo(result.to_json())
+        return
+    click.echo(result.to_text())
+    if json_path:
+        from pathlib import Path
+
+        Path(json_path).write_text(result.to_json() + "\n", encoding="utf-8")
+        click.echo(f"\nwrote {json_path}")

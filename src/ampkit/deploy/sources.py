@@ -1,0 +1,223 @@
+"""What ``ampkit export`` exports: the built-in GPT (fresh, or trained by ``ampkit train
+--out``), or a user's ``package.module:factory`` returning ``(model, example_inputs)``.
+
+A trained GPT is rebuilt from its run folder: the fp32 ``model.safetensors`` gives the weights
+and every shape (vocabulary, width, depth, context), ``summary.json``'s ``config`` the number of
+heads. A checkpoint folder (``runs/a/checkpoints/step-N``) is verified against its manifest
+first. Weights that do not fit the model are refused with the file's name.
+
+The parity batches of the GPT are held-out text: the standard-library sources *after* the
+first 2,000,000 bytes that ``ampkit train`` trains on by default.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit.errors import CheckpointError, ConfigurationError
+
+__all__ = ["GPTLogits", "held_out_batches", "load_factory", "load_gpt", "load_weights"]
+
+_TRAIN_BYTES = 2_000_000
+_BLOCK = re.compile(r"^blocks\.(\d+)\.")
+
+
+class GPTLogits(nn.Module):
+    """The built-in GPT for serving: ``idx -> {"logits": ...}`` (no targets, no loss)."""
+
+    def __init__(self, gpt: nn.Module) -> None:
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"logits": self.gpt(idx)[0]}
+
+
+def _weights_file(path: Path) -> tuple[Path, Path | None]:
+    """``(model.safetensors, summary.json or None)`` of a run or checkpoint folder."""
+    if path.is_file():
+        return path, path.parent / "summary.json"
+    if not path.is_dir():
+        raise CheckpointError(
+            f"--checkpoint: {path} does not exist. Pass a run folder (ampkit train --out DIR), "
+            "a checkpoint folder (DIR/checkpoints/step-N) or a model.safetensors file."
+        )
+    if (path / "manifest.json").is_file():
+        from ampkit.trainer.checkpoint_folder import verify_checkpoint
+
+        verify_checkpoint(path)
+        return path / "model.safetensors", path.parent.parent / "summary.json"
+    return path / "model.safetensors", path / "summary.json"
+
+
+def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], Path, dict[str, Any]]:
+    """``(fp32 weights, weights file, run config)`` from a run/checkpoint folder or a file.
+
+    Raises:
+        CheckpointError: nothing there, a checkpoint that fails verification, or a weights
+            file that is not safetensors.
+    """
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    file, summary = _weights_file(Path(path))
+    if not file.is_file():
+        raise CheckpointError(
+            f"--checkpoint: {file} is missing. Pass a run folder written by ampkit train --out, "
+            "or its checkpoints/step-N folder."
+        )
+    try:
+        weights = load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"--checkpoint: {file} is not a safetensors weights file ({exc}). Pass the "
+            "model.safetensors of an ampkit run."
+        ) from None
+    config: dict[str, Any] = {}
+    if summary is not None and summary.is_file():
+        config = dict(json.loads(summary.read_text()).get("config") or {})
+    return weights, file, config
+
+
+def load_gpt(checkpoint: str | Path | None, *, seed: int = 0) -> tuple[GPTLogits, int]:
+    """The built-in GPT, from ``checkpoint`` (a run folder, checkpoint folder or weights file)
+    or freshly initialised with ``seed``; returns ``(model, context length)``.
+
+    Raises:
+        CheckpointError: as :func:`load_weights`, weights of another model, or no head count.
+    """
+    from ampkit.gpt.model import GPT, GPTConfig
+
+    if checkpoint is None:
+        torch.manual_seed(seed)
+        return GPTLogits(GPT(GPTConfig())), GPTConfig().block_size
+    weights, file, config = load_weights(checkpoint)
+    shapes = {k: tuple(v.shape) for k, v in weights.items()}
+    if "tok_emb.weight" not in shapes or "pos_emb.weight" not in shapes:
+        raise CheckpointError(
+            f"--checkpoint: {file} holds no weights of the built-in GPT (no tok_emb/pos_emb; "
+            f"it has {', '.join(list(shapes)[:3])}, ...). Pass --model MODULE:FACTORY for "
+            "another model."
+        )
+    if "n_head" not in config:
+        raise CheckpointError(
+            f"--checkpoint: the run of {file} has no summary.json with a 'config' (n_head "
+            "cannot be read off the weights). Pass the folder of a run written by "
+            "`ampkit train --out DIR`."
+        )
+    layers = {int(m.group(1)) for k in shapes if (m := _BLOCK.match(k))}
+    gpt_config = GPTConfig(
+        vocab_size=shapes["tok_emb.weight"][0],
+        n_embd=shapes["tok_emb.weight"][1],
+        block_size=shapes["pos_emb.weight"][0],
+        n_layer=len(layers),
+        n_head=int(config["n_head"]),
+    )
+    model = GPTLogits(GPT(gpt_config))
+    fit(model.gpt, weights, file)
+    return model, gpt_config.block_size
+
+
+def fit(model: nn.Module, weights: dict[str, torch.Tensor], file: Path) -> None:
+    """Load ``weights`` into ``model`` strictly.
+
+    Raises:
+        CheckpointError: keys or shapes differ (the message names the file and the first few).
+    """
+    own = model.state_dict()
+    missing = [k for k in own if k not in weights]
+    unexpected = [k for k in weights if k not in own]
+    resized = [
+        f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}"
+        for k, v in own.items()
+        if k in weights and weights[k].shape != v.shape
+    ]
+    if missing or unexpected or resized:
+        seen = "; ".join(
+            f"{label}: {', '.join(items[:3])}{', ...' if len(items) > 3 else ''}"
+            for label, items in [
+                ("missing", missing),
+                ("unexpected", unexpected),
+                ("other shape", resized),
+            ]
+            if items
+        )
+        raise CheckpointError(
+            f"--checkpoint: {file} is a checkpoint of another model ({seen}). Pass the "
+            "checkpoint of this model, or the --model it was trained from."
+        )
+    model.load_state_dict(weights)
+
+
+def held_out_batches(count: int, batch_size: int, seq_len: int) -> list[torch.Tensor]:
+    """``count`` batches of ``(batch_size, seq_len)`` byte tokens of held-out text."""
+    from ampkit.gpt.corpus import stdlib_corpus_bytes
+
+    data = stdlib_corpus_bytes(_TRAIN_BYTES + 400_000)[_TRAIN_BYTES:]
+    tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
+    needed = count * batch_size * seq_len
+    if tokens.numel() < needed:
+        raise ConfigurationError(
+            f"--batches: {count} batches of {batch_size}x{seq_len} need {needed} held-out bytes; "
+            f"the standard library has {tokens.numel()} beyond the training text. Use fewer."
+        )
+    stride = tokens.numel() // (count * batch_size)
+    starts = torch.arange(count * batch_size) * stride
+    windows = tokens[starts[:, None] + torch.arange(seq_len)]
+    return list(windows.view(count, batch_size, seq_len))
+
+
+def load_factory(spec: str) -> tuple[nn.Module, Any]:
+    """Import ``package.module:factory`` and call it; it returns ``(model, example_inputs)``.
+
+    The current directory is searched first, as ``python -m`` would.
+
+    Raises:
+        ConfigurationError: the spec is malformed, the module or function does not exist, or
+            the factory returned something else.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr.isidentifier():
+        raise ConfigurationError(
+            f"--model: {spec!r} is neither 'gpt' nor of the form package.module:factory. Name "
+            "a function returning (model, example_inputs), e.g. mymodels.vit:make."
+        )
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not module_name.startswith(exc.name):
+            raise  # the user's module exists but imports something missing: show it
+        raise ConfigurationError(
+            f"--model: cannot import {module_name!r} (no module named {exc.name!r}). Run from "
+            "the folder that holds it, or install its package."
+        ) from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigurationError(
+            f"--model: {module_name} has no function {attr!r}. The factory must be a function "
+            "returning (model, example_inputs)."
+        )
+    result = factory()
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
+        seen = type(result).__name__
+        raise ConfigurationError(
+            f"--model: {spec}() returned a {seen}. For export it must return (model, "
+            "example_inputs): an nn.Module and a tensor, tuple or dict of input tensors."
+        )
+    return result

@@ -1,0 +1,98 @@
+"""``ampkit export`` in-process: a trained run exported and checked, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from ampkit.cli import main
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxconverter_common")
+
+
+def _run(*args: str):
+    return CliRunner().invoke(main, ["export", *args])
+
+
+def _one_error_line(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("ampkit: error: ")
+    return lines[0]
+
+
+def test_help_has_examples():
+    result = _run("--help")
+    assert result.exit_code == 0
+    assert "Examples:" in result.output and "--checkpoint runs/a" in result.output
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "a"
+    args = ["train", "--steps", "30", "--seq-len", "32", "--batch-size", "8", "--precision",
+            "fp32", "--out", str(out), "--no-progress", "--log-every", "10"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_trained_gpt_exports_to_half_the_size_with_parity_on_held_out_text(trained_run, tmp_path):
+    out = tmp_path / "gpt.onnx"
+    result = _run("--checkpoint", str(trained_run), "--out", str(out), "--batches", "3",
+                  "--keep-fp32", "gpt.head", "--json", "-")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] and data["path"] == str(out) and out.is_file()
+    assert 0.45 < data["size_bytes"] / data["fp32_size_bytes"] < 0.6
+    assert data["keep_fp32"] == {"gpt.head": "user"}
+    ort = data["parity"][0]
+    assert ort["batches"] == 4 and ort["runtime"].startswith("onnxruntime")
+    (logits,) = ort["outputs"]
+    assert logits["shape"] == [4, 32, 256] and logits["top1"] >= 0.99 and logits["nonfinite"] == 0
+
+
+def test_unsupported_op_is_one_line_and_nothing_is_written(tmp_path):
+    out = tmp_path / "zeta.onnx"
+    result = _run("--model", "deploy_models:unsupported_op", "--out", str(out))
+    assert result.exit_code == 1
+    assert "the op prims.zeta" in _one_error_line(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_specialised_dynamic_batch_is_one_line(tmp_path):
+    out = tmp_path / "b.onnx"
+    result = _run("--model", "deploy_models:baked_batch", "--dynamic-batch", "--out", str(out))
+    assert result.exit_code == 1
+    assert "dynamic dimension 'batch'" in _one_error_line(result)
+    assert not out.exists()
+
+
+def test_checkpoint_of_another_model_names_the_file(trained_run, tmp_path):
+    out = tmp_path / "mlp.onnx"
+    result = _run(
+        "--model", "deploy_models:mlp", "--checkpoint", str(trained_run), "--out", str(out)
+    )
+    assert result.exit_code == 1
+    line = _one_error_line(result)
+    assert f"{trained_run / 'model.safetensors'} is a checkpoint of another model" in line
+    assert not out.exists()
+
+
+def test_parity_failure_prints_the_table_exits_non_zero_and_writes_nothing(tmp_path):
+    out = tmp_path / "model.onnx"
+    result = _run("--model", "deploy_models:overflowing", "--keep-fp32", "3", "--out", str(out))
+    assert result.exit_code == 1
+    assert "FAIL" in result.stdout and "non-finite" in result.stdout
+    assert "parity check failed for output(s) output" in _one_error_line(result)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_checkpoint_and_bad_model_spec_are_one_line(tmp_path):
+    result = _run("--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "x.onnx"))
+    assert result.exit_code == 1 and "does not exist" in _one_error_line(result)
+    result = _run("--model", "not a spec", "--out", str(tmp_path / "x.onnx"))
+    assert result.exit_code == 2 and "neither 'gpt' nor" in _one_error_line(result)
