@@ -267,15 +267,15 @@ def _parity(data, format, precision, input_names, output_names, batches, referen
 
 
 def _program_bytes(flat, signature, precision, keep, keep_io_types, dynamic_shapes):
-    import ampkit
     from ampkit.deploy.capture import capture
+    from ampkit.fp32_islands import keep_fp32
 
     module: nn.Module = flat
     islands = None
     if precision != "fp32":
         module = _Autocast(flat, _DTYPES[precision], keep_io_types)
         if keep:
-            islands = ampkit.keep_fp32(flat.model, keep)
+            islands = keep_fp32(flat.model, keep)
     try:
         program = capture(module, signature.inputs, dynamic_shapes)
     finally:
