@@ -216,6 +216,46 @@ def _repair_fp16_inputs(model: Any, fp32_nodes: set[str]) -> int:
     return len(fixes)
 
 
+def _restore_output_types(model: Any, original: dict[str, int]) -> int:
+    """Give every graph output its original (fp32) type back; returns how many were fixed.
+
+    The fp16 converter, under ``keep_io_types``, still casts the output of a block-listed
+    *last* node (a head kept in fp32) down to fp16 and declares the graph output fp16. Where
+    that down-cast only feeds the output, it becomes a cast to the original type (the fp32
+    island stays fp32 to the end); otherwise a cast back is appended for the graph output.
+    """
+    from onnx import helper
+
+    fixed = 0
+    graph_outputs = {o.name: o for o in model.graph.output}
+    consumers: dict[str, int] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers[name] = consumers.get(name, 0) + 1
+    producers = {out: node for node in model.graph.node for out in node.output}
+    for name, value in graph_outputs.items():
+        want = original.get(name)
+        tensor_type = value.type.tensor_type
+        if want is None or tensor_type.elem_type == want:
+            continue
+        producer = producers.get(name)
+        if producer is not None and producer.op_type == "Cast" and not consumers.get(name):
+            for attribute in producer.attribute:
+                if attribute.name == "to":
+                    attribute.i = want
+        else:
+            lowp = f"{name}_lowp"
+            for node in model.graph.node:
+                node.output[:] = [lowp if o == name else o for o in node.output]
+                node.input[:] = [lowp if i == name else i for i in node.input]
+            model.graph.node.append(
+                helper.make_node("Cast", [lowp], [name], f"{name}_restore_cast", to=want)
+            )
+        tensor_type.elem_type = want
+        fixed += 1
+    return fixed
+
+
 def lower(
     model: Any, precision: str, keep_fp32: Sequence[str] = (), keep_io_types: bool = True
 ) -> Lowering:
@@ -233,9 +273,12 @@ def lower(
     if precision == "fp32":
         return Lowering(model=model, fp32_nodes={}, clipped=(), missing_modules=(), fp32_size=size)
     plan, missing = plan_fp32_nodes(model, keep_fp32)
+    output_types = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
     if precision == "fp16":
         converted, clipped = _fp16(model, set(plan), keep_io_types)
         repaired = _repair_fp16_inputs(converted, set(plan))
+        if keep_io_types:
+            repaired += _restore_output_types(converted, output_types)
     else:
         from ampkit.deploy.bf16_graph import convert_to_bf16
 
