@@ -15,12 +15,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
+from ampkit.lint.facts import FileFacts
 from ampkit.lint.names import CLIP_APIS, AutocastInfo, dotted_key, is_optimizer_name
-
-if TYPE_CHECKING:
-    from ampkit.lint.analysis import FileFacts
 
 __all__ = ["Context", "Event", "FlowBuilder", "exclusive"]
 
@@ -29,12 +26,6 @@ _AMP_WORDS = re.compile(
 )
 _MAX_INLINE_DEPTH = 4
 _MAX_INLINES_PER_UNIT = 200
-#: Method names whose calls make a function worth following from its callers
-#: (``step``/``update`` only count on scaler- or optimizer-like objects).
-INTERESTING_ATTRS = frozenset(
-    {"backward", "manual_backward", "scale", "unscale_", "zero_grad", "clip_grad_norm_",
-     "clip_grad_value_"}
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
