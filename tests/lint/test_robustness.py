@@ -132,7 +132,8 @@ def test_linter_does_not_import_torch() -> None:
 
 
 def test_worker_processes_give_the_same_findings(tmp_path: Path) -> None:
-    from ampkit.lint.runner import iter_python_files, lint_files
+    from ampkit.lint.api import lint_files
+    from ampkit.lint.discovery import iter_python_files
 
     _generated_tree(tmp_path, 320)
     files = list(iter_python_files([tmp_path]))

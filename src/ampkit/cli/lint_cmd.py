@@ -10,7 +10,7 @@ import click
 from ampkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ampkit.lint.runner import Selection
+    from ampkit.lint.selection import Selection
 
 __all__ = ["lint"]
 
@@ -114,9 +114,11 @@ def _run(
     isolated: bool,
 ) -> bool:
     """Lint (and fix) the paths, print the report; return whether the run failed."""
+    from ampkit.lint.api import lint_files
     from ampkit.lint.config import LintConfig, load_config
+    from ampkit.lint.discovery import iter_python_files
     from ampkit.lint.report import format_findings
-    from ampkit.lint.runner import Selection, iter_python_files, lint_files
+    from ampkit.lint.selection import Selection
 
     config = LintConfig() if isolated else load_config()
     chosen = select if select else config.select
@@ -142,8 +144,8 @@ def _diff(files: list[Path], selection: Selection) -> bool:
     """Print a unified diff of the safe fixes; return whether there is any."""
     import difflib
 
+    from ampkit.lint.discovery import read_source
     from ampkit.lint.fix import fix_source
-    from ampkit.lint.runner import read_source
 
     changed = 0
     for path in files:

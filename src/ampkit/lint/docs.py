@@ -10,9 +10,9 @@ import re
 import sys
 from pathlib import Path
 
-from ampkit.lint.rules import all_rules
+from ampkit.lint.rules import Rule, all_rules
 
-__all__ = ["rules_markdown"]
+__all__ = ["rule_examples", "rules_markdown"]
 
 _HEADER = """# `ampkit lint`
 
@@ -76,6 +76,28 @@ repos:
 | code | severity | name | finds |
 |------|----------|------|-------|
 """
+
+
+def rule_examples(rule: type[Rule]) -> list[tuple[str, str]]:
+    """The literal blocks of a rule's docstring as ``(label, code)``: ``("Bad", "...")``.
+
+    These are the examples ``--explain`` prints and ``docs/lint.md`` shows; the test suite
+    runs every one of them through the linter.
+    """
+    lines = inspect.cleandoc(rule.__doc__ or "").splitlines()
+    found: list[tuple[str, str]] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not (line.rstrip().endswith("::") and not line.startswith(" ")):
+            continue
+        body: list[str] = []
+        while i < len(lines) and (not lines[i].strip() or lines[i].startswith("    ")):
+            body.append(lines[i][4:])
+            i += 1
+        found.append((line.rstrip()[:-2], "\n".join(body).strip("\n") + "\n"))
+    return found
 
 
 def _rst_to_md(text: str) -> str:

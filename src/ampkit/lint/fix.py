@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from ampkit.lint.check import check_source
+from ampkit.lint.discovery import read_source
 from ampkit.lint.findings import Edit, Finding
-from ampkit.lint.runner import Selection, check_source, read_source
+from ampkit.lint.selection import Selection
 
 __all__ = ["apply_fixes", "fix_file", "fix_source"]
 

@@ -310,6 +310,7 @@ class DoubleUnscale(Rule):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.unscale_(optimizer)
         scaler.step(optimizer)
+        scaler.update()
 
     Good::
 
