@@ -7,14 +7,30 @@ method, following calls of same-file functions and ``self`` methods) for the rul
 from __future__ import annotations
 
 import ast
+import bisect
 from dataclasses import dataclass, field
 
+from ampkit.lint.events import Event, compatible, exclusive
 from ampkit.lint.facts import FileFacts, FunctionNode
 from ampkit.lint.findings import Finding, Fix, Severity
-from ampkit.lint.flow import Event, FlowBuilder
+from ampkit.lint.flow import FlowBuilder
 from ampkit.lint.source import SourceText
+from ampkit.lint.walk import walk_tree
 
 __all__ = ["FileAnalysis", "FileFacts", "Unit"]
+
+
+def _local_functions(body: list[ast.stmt]) -> dict[str, FunctionNode]:
+    """Functions defined inside a body (not inside nested scopes), by name."""
+    found: dict[str, FunctionNode] = {}
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.setdefault(node.name, node)
+        elif isinstance(node, ast.stmt) and not isinstance(node, ast.ClassDef):
+            stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt))
+    return found
 
 
 def _methods(
@@ -33,18 +49,94 @@ def _methods(
     return table
 
 
-@dataclass
 class Unit:
-    """A function, method or module body with its flow of events."""
+    """A function, method or module body with its flow of events, indexed for the rules.
 
-    node: ast.AST
-    events: list[Event]
-    cls: ast.ClassDef | None = None
-    group: int = 0
+    The queries only pair events that can belong to the same iteration (see
+    :func:`~ampkit.lint.events.compatible`), so a script with hundreds of loops costs each
+    event a look at its own loop, not at the whole file.
+    """
+
+    def __init__(
+        self,
+        node: ast.AST,
+        builder: FlowBuilder | None,
+        cls: ast.ClassDef | None = None,
+        group: int = 0,
+    ) -> None:
+        self.node = node
+        self.cls = cls
+        self.group = group
+        self.events: list[Event] = builder.events if builder is not None else []
+        self.loop_bound: dict[int, set[str]] = builder.loop_bound if builder is not None else {}
+        self.test_names = builder.test_names if builder is not None else {}
+        self.test_nodes = builder.test_nodes if builder is not None else {}
+        self._kinds: dict[str, list[Event]] = {}
+        self._tops: dict[tuple[int | None, str], list[Event]] = {}
+        for event in self.events:
+            self._kinds.setdefault(event.kind, []).append(event)
+            top = event.loops[0] if event.loops else None
+            self._tops.setdefault((top, event.kind), []).append(event)
+        self._orders = {k: [e.order for e in v] for k, v in self._kinds.items()}
+        self._cache: dict[tuple[str, ...], list[Event]] = {}
 
     def of(self, *kinds: str) -> list[Event]:
         """The events of the given kinds, in order."""
-        return [e for e in self.events if e.kind in kinds]
+        if len(kinds) == 1:
+            return self._kinds.get(kinds[0], [])
+        found = self._cache.get(kinds)
+        if found is None:
+            found = sorted((e for k in kinds for e in self._kinds.get(k, ())), key=_order)
+            self._cache[kinds] = found
+        return found
+
+    def related(self, event: Event, *kinds: str) -> list[Event]:
+        """Events of ``kinds`` that can run in the same iteration as ``event``, in order."""
+        if not event.loops:
+            return self.of(*kinds)
+        top = event.loops[0]
+        found = [e for k in kinds for t in (top, None) for e in self._tops.get((t, k), ())]
+        found.sort(key=_order)
+        return [e for e in found if compatible(e, event)]
+
+    def between(self, first: Event, last: Event, *kinds: str) -> list[Event]:
+        """Events of ``kinds`` strictly between two events that can run with both of them."""
+        found: list[Event] = []
+        for kind in kinds:
+            orders = self._orders.get(kind)
+            if not orders:
+                continue
+            lo = bisect.bisect_right(orders, first.order)
+            hi = bisect.bisect_left(orders, last.order)
+            for e in self._kinds[kind][lo:hi]:
+                if (
+                    not exclusive(e, first)
+                    and not exclusive(e, last)
+                    and compatible(e, first)
+                    and compatible(e, last)
+                ):
+                    found.append(e)
+        return found
+
+    def condition(self, arm_key: str) -> str:
+        """The source text of a condition, for messages."""
+        node = self.test_nodes.get(arm_key)
+        return ast.unparse(node) if node is not None else "a condition"
+
+    def loops_with(self, *kinds: str) -> set[int]:
+        """Ids of the loops that contain at least one event of ``kinds``."""
+        return {loop for e in self.of(*kinds) for loop in e.loops}
+
+    def varies_in(self, arm_key: str, loop: int) -> bool:
+        """Whether a condition reads a variable that ``loop`` rebinds (a counter, the loop
+        target, a flag set inside it), so it can be true in one iteration and false in the next."""
+        names = self.test_names.get(arm_key)
+        bound = self.loop_bound.get(loop)
+        return bool(names and bound and names & bound)
+
+
+def _order(event: Event) -> int:
+    return event.order
 
 
 @dataclass
@@ -58,31 +150,43 @@ class FileAnalysis:
     units: list[Unit] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.nodes: list[ast.AST] = list(ast.walk(self.tree))
+        walk = walk_tree(self.tree)
+        self.nodes = walk.nodes
         self._parents: dict[int, ast.AST] | None = None
-        self.facts = FileFacts(self.tree, self.nodes)
-        self.units = []
-        module_unit = Unit(self.tree, FlowBuilder(self.facts, {}).build(self.tree.body), None, 0)
-        self.units.append(module_unit)
+        self._groups: dict[tuple[int, tuple[str, ...]], list[Event]] = {}
+        self.facts = FileFacts(self.tree, walk)
+        module = FlowBuilder(self.facts, {}, _local_functions(self.tree.body))
+        module.build(self.tree.body)
+        self.units = [Unit(self.tree, module, None, 0)]
         owners: dict[int, ast.ClassDef] = {}
         classes: dict[str, ast.ClassDef] = {}
+        functions: list[FunctionNode] = []
         for node in self.nodes:
             if isinstance(node, ast.ClassDef):
                 classes.setdefault(node.name, node)
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         owners[id(item)] = node
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.append(node)
         method_tables: dict[int, dict[str, FunctionNode]] = {}
-        for node in self.nodes:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                cls = owners.get(id(node))
-                methods: dict[str, FunctionNode] = {}
-                if cls is not None:
-                    if id(cls) not in method_tables:
-                        method_tables[id(cls)] = _methods(cls, classes)
-                    methods = method_tables[id(cls)]
-                events = FlowBuilder(self.facts, methods).build(node.body, node)
-                self.units.append(Unit(node, events, cls, id(cls) if cls is not None else 0))
+        for fn in functions:
+            cls = owners.get(id(fn))
+            group = id(cls) if cls is not None else 0
+            if not self.facts.has_events(fn):
+                continue
+            methods: dict[str, FunctionNode] = {}
+            if cls is not None:
+                if id(cls) not in method_tables:
+                    method_tables[id(cls)] = _methods(cls, classes)
+                methods = method_tables[id(cls)]
+            builder = FlowBuilder(self.facts, methods, _local_functions(fn.body))
+            builder.build(fn.body, fn)
+            self.units.append(Unit(fn, builder, cls, group))
+
+    def of_type(self, *kinds: type) -> list[ast.AST]:
+        """The nodes of the given ast types (in no particular order)."""
+        return [n for kind in kinds for n in self.facts.by_type.get(kind, ())]
 
     def parent(self, node: ast.AST) -> ast.AST | None:
         """The node that directly contains ``node`` (computed on first use)."""
@@ -92,7 +196,12 @@ class FileAnalysis:
 
     def group_events(self, group: int, *kinds: str) -> list[Event]:
         """Events of the given kinds in every unit of a class (or of the module, group 0)."""
-        return [e for u in self.units if u.group == group for e in u.of(*kinds)]
+        key = (group, kinds)
+        found = self._groups.get(key)
+        if found is None:
+            found = [e for u in self.units if u.group == group for e in u.of(*kinds)]
+            self._groups[key] = found
+        return found
 
     def finding(
         self, code: str, severity: Severity, node: ast.AST, message: str, fix: Fix | None = None

@@ -20,8 +20,11 @@ from ampkit.lint.names import (
     is_optimizer_name,
     is_scaler_name,
 )
+from ampkit.lint.walk import FunctionNode, Walk
 
 __all__ = ["CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
+
+CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
 
 #: Method names whose calls make a function worth following from its callers
 #: (``step``/``update`` only count on scaler- or optimizer-like objects).
@@ -30,8 +33,9 @@ INTERESTING_ATTRS = frozenset(
      "clip_grad_value_"}
 )  # fmt: skip
 
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
-CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
+#: Other method names that make events (casts, checkpoints) without making a callee worth
+#: following from its callers.
+_EVENT_ATTRS = frozenset({"half", "bfloat16", "float", "to", "type", "state_dict"})
 
 
 def _parse_annotation(text: str) -> ast.expr | None:
@@ -45,9 +49,15 @@ def _parse_annotation(text: str) -> ast.expr | None:
 class FileFacts:
     """File-wide bindings used to classify calls (see the module docstring)."""
 
-    def __init__(self, tree: ast.Module, nodes: list[ast.AST]) -> None:
-        self.nodes = nodes
-        self.imports = Imports(nodes)
+    def __init__(self, tree: ast.Module, walk: Walk) -> None:
+        self.nodes = walk.nodes
+        self.owners = walk.owners
+        #: statement id -> the calls in its own expressions, in evaluation order
+        self.calls = walk.calls
+        self.by_type = walk.by_type
+        imports = self.of_type(ast.Import, ast.ImportFrom)
+        imports.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        self.imports = Imports(imports)
         self.constants: dict[str, ast.expr] = {}
         self.scaler_keys: dict[str, ast.Call | None] = {}
         self.optimizer_keys: set[str] = set()
@@ -58,7 +68,9 @@ class FileFacts:
         self.any_scaler_update = False
         self.any_scaler = False
         self.scaler_named = False
+        self.tree = tree
         self._interesting: set[int] | None = None
+        self._eventful: set[int] | None = None
         for stmt in tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[stmt.name] = stmt
@@ -66,10 +78,23 @@ class FileFacts:
         self.resolver = Resolver(self.imports, self.constants)
         self._collect_bindings()
 
+    def of_type(self, *kinds: type) -> list[ast.AST]:
+        """The nodes of the given ast types (in no particular order)."""
+        return [n for kind in kinds for n in self.by_type.get(kind, ())]
+
     def _collect_constants(self) -> None:
         counts: dict[str, int] = defaultdict(int)
         values: dict[str, ast.expr] = {}
-        for node in self.nodes:
+        for node in self.of_type(
+            ast.Assign,
+            ast.AugAssign,
+            ast.AnnAssign,
+            ast.NamedExpr,
+            ast.For,
+            ast.AsyncFor,
+            ast.comprehension,
+            ast.arg,
+        ):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     for named in ast.walk(target):
@@ -93,11 +118,25 @@ class FileFacts:
                 self.constants[name] = value
 
     def _collect_bindings(self) -> None:
-        for node in self.nodes:
+        for node in self.of_type(
+            ast.Assign,
+            ast.AnnAssign,
+            ast.With,
+            ast.AsyncWith,
+            ast.AugAssign,
+            ast.Call,
+            ast.arg,
+            ast.Name,
+            ast.Attribute,
+        ):
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 for target in targets:
                     self._bind(target, node.value)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        self._bind(item.optional_vars, item.context_expr)
             elif isinstance(node, ast.AugAssign):
                 key = dotted_key(node.target)
                 if key is not None:
@@ -160,47 +199,70 @@ class FileFacts:
 
     def is_interesting(self, fn: FunctionNode) -> bool:
         """Whether following a call into ``fn`` can add events (it makes AMP-relevant calls,
-        opens a ``with`` block, or calls a function of this file that does)."""
+        or calls a function of this file that does)."""
         if self._interesting is None:
-            self._interesting = self._find_interesting()
+            self._interesting, self._eventful = self._find_interesting()
         return id(fn) in self._interesting
 
-    def _find_interesting(self) -> set[int]:
+    def has_events(self, fn: FunctionNode) -> bool:
+        """Whether a flow of ``fn`` can hold any event (a cheap filter before building it)."""
+        if self._eventful is None:
+            self._interesting, self._eventful = self._find_interesting()
+        return id(fn) in self._eventful
+
+    def _classify(self, call: ast.Call) -> tuple[bool, bool, str]:
+        """``(interesting, event, name)`` of one call: does it feed the rules?"""
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in INTERESTING_ATTRS or name in CLIP_NAMES:
+            return True, True, name
+        if name in ("step", "update") and isinstance(func, ast.Attribute):
+            obj = dotted_key(func.value)
+            if self.is_scaler(obj) or (name == "step" and self.is_optimizer(obj)):
+                return True, True, name
+        if name in _EVENT_ATTRS and isinstance(func, ast.Attribute):
+            return False, True, name
+        qual = self.imports.qualname(func)
+        if qual is not None and qual.startswith("torch."):
+            if self.resolver.autocast(call) is not None:
+                return True, True, name
+            return False, qual == "torch.save" or qual in SCALER_APIS, name
+        return False, False, name
+
+    def _find_interesting(self) -> tuple[set[int], set[int]]:
+        """Functions worth inlining, and functions whose flow can hold events.
+
+        Every call counts for the function it is written in (``owners``); a function that
+        calls an interesting function (by name) is interesting too.
+        """
         direct: set[int] = set()
-        calls: dict[int, set[str]] = {}
-        functions = [
-            n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-        ]
-        by_name: dict[str, list[int]] = defaultdict(list)
-        for fn in functions:
-            by_name[fn.name].append(id(fn))
-            names: set[str] = set()
-            for node in ast.walk(fn):
-                if not isinstance(node, ast.Call):
-                    continue
-                func = node.func
-                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                names.add(name)
-                if name in INTERESTING_ATTRS or name in CLIP_NAMES:
-                    direct.add(id(fn))
-                elif name in ("step", "update") and isinstance(func, ast.Attribute):
-                    obj = dotted_key(func.value)
-                    if self.is_scaler(obj) or (name == "step" and self.is_optimizer(obj)):
-                        direct.add(id(fn))
-                elif self.resolver.autocast(node) is not None:
-                    direct.add(id(fn))
-            calls[id(fn)] = names
+        eventful: set[int] = set()
+        callers: dict[str, set[int]] = defaultdict(set)
+        by_id: dict[int, FunctionNode] = {}
+        for node, fn in zip(self.nodes, self.owners, strict=True):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                by_id[id(node)] = node
+            if fn is None:
+                continue
+            owner = id(fn)
+            if isinstance(node, ast.Call):
+                follows, event, name = self._classify(node)
+                if follows:
+                    direct.add(owner)
+                if event:
+                    eventful.add(owner)
+                callers[name].add(owner)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                eventful.add(owner)
         interesting = set(direct)
-        changed = True
-        while changed:
-            changed = False
-            for fn in functions:
-                if id(fn) in interesting:
-                    continue
-                if any(i in interesting for name in calls[id(fn)] for i in by_name.get(name, ())):
-                    interesting.add(id(fn))
-                    changed = True
-        return interesting
+        queue = [by_id[i] for i in direct]
+        while queue:
+            callee = queue.pop()
+            for caller in callers.get(callee.name, ()):
+                if caller not in interesting:
+                    interesting.add(caller)
+                    queue.append(by_id[caller])
+        return interesting, eventful | interesting
 
     def is_scaler(self, key: str | None) -> bool:
         """Whether ``key`` holds a GradScaler (constructed here, or named like one)."""
@@ -209,6 +271,18 @@ class FileFacts:
     def is_optimizer(self, key: str | None) -> bool:
         """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
         return key is not None and (key in self.optimizer_keys or is_optimizer_name(key))
+
+    def is_scaled_call(self, node: ast.expr) -> bool:
+        """Whether ``node`` contains a ``scaler.scale(...)`` call."""
+        for sub in ast.walk(node):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr == "scale"
+                and self.is_scaler(dotted_key(sub.func.value))
+            ):
+                return True
+        return False
 
     def is_scaled(self, node: ast.expr) -> bool:
         """Whether ``node`` is (or holds) a loss multiplied by a scaler: ``scaler.scale(loss)``."""
