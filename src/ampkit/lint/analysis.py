@@ -79,6 +79,7 @@ class Unit:
             self._tops.setdefault((top, event.kind), []).append(event)
         self._orders = {k: [e.order for e in v] for k, v in self._kinds.items()}
         self._cache: dict[tuple[str, ...], list[Event]] = {}
+        self._loops: dict[tuple[str, ...], set[int]] = {}
 
     def of(self, *kinds: str) -> list[Event]:
         """The events of the given kinds, in order."""
@@ -100,7 +101,8 @@ class Unit:
         return [e for e in found if compatible(e, event)]
 
     def between(self, first: Event, last: Event, *kinds: str) -> list[Event]:
-        """Events of ``kinds`` strictly between two events that can run with both of them."""
+        """Events of ``kinds`` that run after ``first`` and before ``last`` whenever both run:
+        strictly between them in the flow and in no arm that excludes either."""
         found: list[Event] = []
         for kind in kinds:
             orders = self._orders.get(kind)
@@ -108,14 +110,11 @@ class Unit:
                 continue
             lo = bisect.bisect_right(orders, first.order)
             hi = bisect.bisect_left(orders, last.order)
-            for e in self._kinds[kind][lo:hi]:
-                if (
-                    not exclusive(e, first)
-                    and not exclusive(e, last)
-                    and compatible(e, first)
-                    and compatible(e, last)
-                ):
-                    found.append(e)
+            found.extend(
+                e
+                for e in self._kinds[kind][lo:hi]
+                if not exclusive(e, first) and not exclusive(e, last)
+            )
         return found
 
     def condition(self, arm_key: str) -> str:
@@ -125,7 +124,10 @@ class Unit:
 
     def loops_with(self, *kinds: str) -> set[int]:
         """Ids of the loops that contain at least one event of ``kinds``."""
-        return {loop for e in self.of(*kinds) for loop in e.loops}
+        found = self._loops.get(kinds)
+        if found is None:
+            found = self._loops[kinds] = {loop for e in self.of(*kinds) for loop in e.loops}
+        return found
 
     def varies_in(self, arm_key: str, loop: int) -> bool:
         """Whether a condition reads a variable that ``loop`` rebinds (a counter, the loop

@@ -9,6 +9,7 @@ following from their callers. The name tables below say which calls matter.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 
 from ampkit.lint.names import (
@@ -36,6 +37,9 @@ INTERESTING_ATTRS = frozenset(
 #: Other method names that make events (casts, checkpoints) without making a callee worth
 #: following from its callers.
 _EVENT_ATTRS = frozenset({"half", "bfloat16", "float", "to", "type", "state_dict"})
+
+
+_SCHEDULERS = re.compile(r"lr_scheduler|swa_utils")
 
 
 def _parse_annotation(text: str) -> ast.expr | None:
@@ -176,7 +180,9 @@ class FileFacts:
         if isinstance(value, ast.Call):
             qual = self.imports.qualname(value.func) or ""
             name = value.func.attr if isinstance(value.func, ast.Attribute) else qual
-            if qual.startswith("torch.optim.") or "optimizer" in name.lower():
+            if (
+                qual.startswith("torch.optim.") and not _SCHEDULERS.search(qual)
+            ) or "optimizer" in name.lower():
                 self.optimizer_keys.add(key)
         if self.is_scaled(value):
             self.scaled_keys.add(key)

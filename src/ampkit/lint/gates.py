@@ -86,12 +86,14 @@ class Gates:
         arm_flags = [
             (any(flags[id(n)][0] for n in arm), any(flags[id(n)][1] for n in arm)) for arm in arms
         ]
-        checked = test is not None and (_version_test(test) or flags[id(test)][0])
+        # a version or feature check counts when the current API is what it checks for or
+        # what another arm uses (the deprecated arm may be the new-torch path otherwise)
+        checked = test is not None and flags[id(test)][0]
         for index, (_, old) in enumerate(arm_flags):
             if not old:
                 continue
             other_new = any(new for i, (new, _) in enumerate(arm_flags) if i != index)
-            if other_new or checked:
+            if other_new or (checked and test is not None and _version_test(test)):
                 for top in arms[index]:
                     self._gated.update(id(n) for n in ast.walk(top))
 

@@ -156,6 +156,8 @@ class CastInsideAutocastLoop(Rule):
             body = region.extra.get("body")
             if loop not in region.loops or not isinstance(body, (ast.With, ast.AsyncWith)):
                 continue
+            if exclusive(region, cast):
+                continue
             uses = region.extra.get("uses")
             if not isinstance(uses, frozenset):
                 uses = region.extra["uses"] = loaded_keys(body.body)

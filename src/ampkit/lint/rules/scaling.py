@@ -121,7 +121,7 @@ class BackwardUnscaledLoss(Rule):
                 later = [
                     s
                     for s in unit.related(b, "scaler_step")
-                    if s.order > b.order and not exclusive(b, s)
+                    if s.order > b.order and not exclusive(b, s) and not _own_loop_step(unit, b, s)
                 ]
                 for s in later:
                     if not unit.between(
@@ -156,6 +156,14 @@ class BackwardUnscaledLoss(Rule):
         )
 
 
+def _own_loop_step(unit: Unit, b: Event, s: Event) -> bool:
+    """Whether ``s`` sits in a loop that ``b`` is not in and that runs its own backward:
+    that loop's step belongs to that loop's backward, not to the one-off ``b`` before it."""
+    if len(s.loops) <= len(b.loops):
+        return False
+    return s.loops[len(b.loops)] in unit.loops_with("backward")
+
+
 @register
 class OptimizerStepBypassesScaler(Rule):
     """``optimizer.step()`` called directly after a scaled backward.
@@ -164,9 +172,11 @@ class OptimizerStepBypassesScaler(Rule):
     fp16 overflow. ``scaler.step(optimizer)`` unscales them and skips the step on overflow;
     calling ``optimizer.step()`` applies a 65536-times too large (or NaN) update.
 
-    A step in the other arm of the condition that decides whether the loss is scaled
-    (``if scaling: loss = scaler.scale(loss) ... else: optimizer.step()``) is the unscaled
-    mode and is not reported, whatever the condition is called.
+    The same holds after ``scaler.unscale_(optimizer)``: the gradients are unscaled, but
+    only ``scaler.step`` skips the update when they hold inf/NaN. A step in the other arm
+    of the condition that decides whether the loss is scaled (``if scaling: loss =
+    scaler.scale(loss) ... else: optimizer.step()``) is the unscaled mode and is not
+    reported, whatever the condition is called.
 
     Bad::
 
@@ -191,6 +201,15 @@ class OptimizerStepBypassesScaler(Rule):
             for o in unit.of("opt_step"):
                 if o.ctx.amp_conditional:
                     continue
+                if self._after_unscale(unit, o):
+                    yield self.finding(
+                        analysis,
+                        o.node,
+                        f"{o.obj}.step() after scaler.unscale_({o.obj}) skips the GradScaler "
+                        f"inf/NaN check (an overflow puts inf into the weights); use "
+                        f"scaler.step({o.obj})",
+                    )
+                    continue
                 b = next(
                     (
                         b
@@ -211,6 +230,16 @@ class OptimizerStepBypassesScaler(Rule):
                     # well (a double step, reported by AMP015)
                     continue
                 yield self._report(analysis, o)
+
+    @staticmethod
+    def _after_unscale(unit: Unit, o: Event) -> bool:
+        """``scaler.unscale_(opt)`` then ``opt.step()``: unscaled, but never checked for inf."""
+        unscales = [u for u in last_before(unit, o, "unscale") if u.arg == o.obj]
+        if not unscales or unit.between(unscales[0], o, "scaler_update"):
+            return False
+        return not any(
+            s.arg == o.obj and not exclusive(s, o) for s in unit.related(o, "scaler_step")
+        )
 
     def _report(self, analysis: FileAnalysis, o: Event) -> Finding:
         return self.finding(

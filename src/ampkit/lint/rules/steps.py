@@ -252,7 +252,8 @@ class DoubleOptimizerStep(Rule):
     Typically ``scaler.step(optimizer)`` inside ``if use_amp:`` and then an unconditional
     ``optimizer.step()`` after the branch: in AMP mode the weights are updated twice with
     the same gradients (and the second update bypasses the GradScaler's inf/NaN check). Two
-    steps in the arms of one condition, or with a new backward pass between them, are fine.
+    steps in the arms of one condition, with a new backward pass between them, or with no
+    backward pass before them at all (a test driving a wrapper), are fine.
 
     Bad::
 
@@ -288,7 +289,11 @@ class DoubleOptimizerStep(Rule):
                 for first in last_before(unit, second, *_STEPS):
                     if _stepped(first) != target or first.node is second.node:
                         continue
-                    if first.loops == second.loops and not unit.between(first, second, "backward"):
+                    if (
+                        first.loops == second.loops
+                        and last_before(unit, first, "backward")
+                        and not unit.between(first, second, "backward")
+                    ):
                         yield self.finding(
                             analysis,
                             second.node,
