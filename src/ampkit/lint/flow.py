@@ -18,75 +18,26 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 
-from ampkit.lint.events import Context, Event, TestInfo, describe_test, modulo_divisor
+from ampkit.lint.events import Context, Event, TestInfo, describe_test
 from ampkit.lint.facts import FileFacts, FunctionNode
 from ampkit.lint.names import CLIP_APIS, AutocastInfo, dotted_key
+from ampkit.lint.patterns import (
+    RESCALE_OPS,
+    bound_keys,
+    cast_receiver,
+    continue_guard,
+    is_grad_key,
+    rescales_grads,
+    runs_once,
+    scaled_operand,
+    terminates,
+    uses_get_scale,
+)
 
-__all__ = ["FlowBuilder", "loaded_keys"]
+__all__ = ["FlowBuilder"]
 
 _MAX_INLINE_DEPTH = 4
 _MAX_INLINES_PER_UNIT = 200
-_LEAVE = (ast.Continue, ast.Break, ast.Return, ast.Raise)
-_RESCALE_OPS = (ast.Div, ast.Mult)
-
-
-def _terminates(stmts: list[ast.stmt]) -> bool:
-    """Whether a block ends by leaving (``continue``, ``break``, ``return``, ``raise``)."""
-    return bool(stmts) and isinstance(stmts[-1], _LEAVE)
-
-
-def _runs_once(body: list[ast.stmt]) -> bool:
-    """Whether a loop body always leaves at its end (``while True: ... return``): a retry
-    loop that repeats only through ``continue``, not an iteration over data."""
-    return bool(body) and isinstance(body[-1], (ast.Return, ast.Break, ast.Raise))
-
-
-def _continue_guard(stmt: ast.stmt) -> str | None:
-    """``n`` when ``stmt`` is ``if (i + 1) % n != 0: continue``."""
-    if (
-        isinstance(stmt, ast.If)
-        and not stmt.orelse
-        and stmt.body
-        and isinstance(stmt.body[-1], ast.Continue)
-    ):
-        return modulo_divisor(stmt.test)
-    return None
-
-
-def _bound_keys(target: ast.AST) -> list[str]:
-    """The names and attribute chains an assignment target binds."""
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return [k for elt in target.elts for k in _bound_keys(elt)]
-    if isinstance(target, ast.Starred):
-        return _bound_keys(target.value)
-    key = dotted_key(target)
-    return [key] if key is not None else []
-
-
-def loaded_keys(stmts: list[ast.stmt]) -> frozenset[str]:
-    """Every name and attribute chain read in a block (what an autocast region uses)."""
-    found: set[str] = set()
-    for stmt in stmts:
-        for node in ast.walk(stmt):
-            if isinstance(node, (ast.Name, ast.Attribute)):
-                key = dotted_key(node)
-                if key is not None:
-                    found.add(key)
-    return frozenset(found)
-
-
-def _is_grad_key(key: str | None) -> bool:
-    return key is not None and "grad" in key.split(".")
-
-
-def _rescales_grads(call: ast.Call) -> bool:
-    """``p.grad.div_(n)``, ``optimizer.multiply_grads(c)``, ``scale_grads(...)`` and alike."""
-    func = call.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    if name in ("div_", "mul_") and isinstance(func, ast.Attribute):
-        return _is_grad_key(dotted_key(func.value))
-    lowered = name.lower()
-    return "grad" in lowered and any(w in lowered for w in ("mul", "div", "scale_", "rescale"))
 
 
 class FlowBuilder:
@@ -136,26 +87,26 @@ class FlowBuilder:
     def _block(self, stmts: list[ast.stmt], ctx: Context) -> None:
         for stmt in stmts:
             self._stmt(stmt, ctx)
-            divisor = _continue_guard(stmt)
+            divisor = continue_guard(stmt)
             if divisor is not None:
                 ctx = replace(ctx, accum=divisor)
             # Code after ``if c: ...; continue`` only runs when ``c`` is false: it sits in the
             # other arm, so it never runs together with what the terminated arm did.
             if isinstance(stmt, ast.If):
                 info = self._test(stmt.test)
-                if _terminates(stmt.body) and not _terminates(stmt.orelse):
+                if terminates(stmt.body) and not terminates(stmt.orelse):
                     ctx = replace(ctx, arms=(*ctx.arms, (info.key, 1 ^ info.flip)))
-                elif _terminates(stmt.orelse) and not _terminates(stmt.body):
+                elif terminates(stmt.orelse) and not terminates(stmt.body):
                     ctx = replace(ctx, arms=(*ctx.arms, (info.key, info.flip)))
             elif (
                 isinstance(stmt, ast.Try)
                 and stmt.handlers
-                and all(_terminates(h.body) for h in stmt.handlers)
+                and all(terminates(h.body) for h in stmt.handlers)
             ):
                 ctx = replace(ctx, arms=(*ctx.arms, (f"try{id(stmt)}", 0)))
 
     def _loop(self, stmt: ast.For | ast.AsyncFor | ast.While, ctx: Context) -> Context:
-        if _runs_once(stmt.body):
+        if runs_once(stmt.body):
             return replace(ctx, accum=None)
         self.loop_bound.setdefault(id(stmt), set())
         return replace(ctx, loops=(*ctx.loops, id(stmt)), accum=None)
@@ -166,7 +117,7 @@ class FlowBuilder:
         if isinstance(stmt, (ast.For, ast.AsyncFor)):
             self._exprs(stmt, ctx)
             inner = self._loop(stmt, ctx)
-            self._bind(_bound_keys(stmt.target), inner)
+            self._bind(bound_keys(stmt.target), inner)
             self._block(stmt.body, inner)
             self._block(stmt.orelse, ctx)
         elif isinstance(stmt, ast.While):
@@ -208,7 +159,7 @@ class FlowBuilder:
         self._exprs(stmt, ctx)
         for item in stmt.items:
             if item.optional_vars is not None:
-                self._bind(_bound_keys(item.optional_vars), ctx)
+                self._bind(bound_keys(item.optional_vars), ctx)
             info = self._autocast_of(item.context_expr)
             if info is not None and not info.disabled:
                 self._emit("autocast", item.context_expr, ctx, extra={"info": info, "body": stmt})
@@ -220,12 +171,12 @@ class FlowBuilder:
         value = getattr(stmt, "value", None)
         if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            keys = [k for t in targets for k in _bound_keys(t)]
+            keys = [k for t in targets for k in bound_keys(t)]
             self._bind(keys, ctx)
             if len(targets) == 1 and not isinstance(stmt, ast.AugAssign):
                 target = dotted_key(targets[0])
-            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, _RESCALE_OPS):
-                if _is_grad_key(dotted_key(stmt.target)):
+            if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, RESCALE_OPS):
+                if is_grad_key(dotted_key(stmt.target)):
                     self._emit("grad_rescale", stmt, ctx)
         alone = isinstance(stmt, ast.Expr)
         for call in self.facts.calls.get(id(stmt), ()):
@@ -271,7 +222,7 @@ class FlowBuilder:
         func = call.func
         qual = facts.imports.qualname(func)
         if qual in CLIP_APIS:
-            self._emit("clip", call, ctx, extra={"get_scale": _uses_get_scale(call)})
+            self._emit("clip", call, ctx, extra={"get_scale": uses_get_scale(call)})
             return
         if qual == "torch.save":
             self._emit("save", call, ctx)
@@ -279,7 +230,7 @@ class FlowBuilder:
         if facts.resolver.scaler_ctor(call) is not None:
             self._emit("scaler_new", call, ctx, target=target)
             return
-        if _rescales_grads(call):
+        if rescales_grads(call):
             self._emit("grad_rescale", call, ctx)
             return
         if isinstance(func, ast.Name):
@@ -341,7 +292,7 @@ class FlowBuilder:
             scaled = bool(feeding) or self.facts.is_scaled_call(recv)
         else:
             scaled = bool(feeding) or self.facts.is_scaled(recv)
-        loss = _scaled_operand(recv) if scaled else recv
+        loss = scaled_operand(recv) if scaled else recv
         self._emit(
             "backward", call, ctx, obj=obj, scaled=scaled, loss=loss, extra={"scales": feeding}
         )
@@ -375,7 +326,7 @@ class FlowBuilder:
                 "cast", call, ctx, obj=obj, target=target, dtype=dtype, extra={"alone": alone}
             )
         else:
-            recast = _cast_receiver(call.func)
+            recast = cast_receiver(call.func)
             self._emit("float", call, ctx, obj=obj, target=target, dtype=dtype)
             if recast is not None:
                 # ``model.half().float()``: the low-precision value never survives the line
@@ -395,38 +346,3 @@ class FlowBuilder:
             self._block(fn.body, replace(ctx, inlined=True, base=len(ctx.loops)))
         finally:
             self._stack.pop()
-
-
-def _cast_receiver(func: ast.expr) -> ast.Call | None:
-    """The call a ``.float()`` is applied to, when that call is itself a cast."""
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
-        inner = func.value.func
-        if isinstance(inner, ast.Attribute) and inner.attr in ("half", "bfloat16", "to", "type"):
-            return func.value
-    return None
-
-
-def _uses_get_scale(call: ast.Call) -> bool:
-    """Whether a clip call's arguments use ``scaler.get_scale()`` (clipping at a scaled norm)."""
-    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
-        for node in ast.walk(arg):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("get_scale", "_get_scale_async")
-            ):
-                return True
-    return False
-
-
-def _scaled_operand(node: ast.expr) -> ast.expr:
-    """The loss inside ``scaler.scale(loss)`` (or the variable holding a scaled loss)."""
-    for sub in ast.walk(node):
-        if (
-            isinstance(sub, ast.Call)
-            and isinstance(sub.func, ast.Attribute)
-            and sub.func.attr == "scale"
-            and sub.args
-        ):
-            return sub.args[0]
-    return node

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from ampkit.lint.analysis import FileAnalysis, Unit
 from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
-from ampkit.lint.flow import loaded_keys
 from ampkit.lint.names import BF16, FP16, AutocastInfo, dotted_key
+from ampkit.lint.patterns import loaded_keys
 from ampkit.lint.rules.base import Rule, register
 
 __all__ = [
