@@ -168,9 +168,9 @@ def test_explain() -> None:
 def test_check_source_docstring_example() -> None:
     import doctest
 
-    from ampkit.lint import runner
+    from ampkit.lint import check
 
-    result = doctest.testmod(runner)
+    result = doctest.testmod(check)
     assert result.attempted >= 1 and result.failed == 0
 
 

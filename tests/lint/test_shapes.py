@@ -177,9 +177,10 @@ def test_autocast_context_stored_in_variable() -> None:
 
 
 def test_default_dtypes() -> None:
-    fp16_cuda = "import torch\nwith torch.autocast('cuda'):\n    loss = m(x)\nloss.backward()\n"
-    bf16_cpu = "import torch\nwith torch.autocast('cpu'):\n    loss = m(x)\nloss.backward()\n"
-    disabled = "import torch\nwith torch.autocast('cuda', enabled=False):\n    loss = m(x)\nloss.backward()\n"
+    step = "loss.backward()\noptimizer.step()\n"
+    fp16_cuda = "import torch\nwith torch.autocast('cuda'):\n    loss = m(x)\n" + step
+    bf16_cpu = "import torch\nwith torch.autocast('cpu'):\n    loss = m(x)\n" + step
+    disabled = "import torch\nwith torch.autocast('cuda', enabled=False):\n    loss = m(x)\n" + step
     assert codes(fp16_cuda) == ["AMP002"]
     assert codes(bf16_cpu) == []
     assert codes(disabled) == []

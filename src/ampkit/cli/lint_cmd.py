@@ -10,7 +10,7 @@ import click
 from ampkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ampkit.lint.runner import Selection
+    from ampkit.lint.selection import Selection
 
 __all__ = ["lint"]
 
@@ -114,17 +114,24 @@ def _run(
     isolated: bool,
 ) -> bool:
     """Lint (and fix) the paths, print the report; return whether the run failed."""
+    from ampkit.lint.api import lint_files
     from ampkit.lint.config import LintConfig, load_config
+    from ampkit.lint.discovery import discover
     from ampkit.lint.report import format_findings
-    from ampkit.lint.runner import Selection, iter_python_files, lint_files
+    from ampkit.lint.selection import Selection
 
     config = LintConfig() if isolated else load_config()
     chosen = select if select else config.select
     selection = Selection.from_options(chosen, (*config.ignore, *ignore))
-    files = list(iter_python_files(paths, (*config.exclude, *exclude)))
+    files, skipped = discover(paths, (*config.exclude, *exclude))
+    for item in skipped:
+        click.echo(f"note: {item.note}", err=True)
     if diff:
-        return _diff(files, selection)
-    findings, fixed = lint_files(files, selection, fix=fix)
+        return _diff([f.path for f in files], selection)
+    run = lint_files(files, selection, fix=fix)
+    for note in run.notes:
+        click.echo(f"note: {note}", err=True)
+    findings, fixed = run.findings, run.fixed
     click.echo(format_findings(findings, fmt), nl=False)
     if fmt == "text":
         fixable = sum(1 for f in findings if f.fix is not None)
@@ -142,8 +149,8 @@ def _diff(files: list[Path], selection: Selection) -> bool:
     """Print a unified diff of the safe fixes; return whether there is any."""
     import difflib
 
+    from ampkit.lint.discovery import read_source
     from ampkit.lint.fix import fix_source
-    from ampkit.lint.runner import read_source
 
     changed = 0
     for path in files:

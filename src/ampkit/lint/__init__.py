@@ -12,10 +12,12 @@ Every rule is a class in :mod:`ampkit.lint.rules` whose docstring documents it;
 
 from __future__ import annotations
 
+from ampkit.lint.api import check_paths
+from ampkit.lint.check import check_source
 from ampkit.lint.findings import Edit, Finding, Fix, Severity
 from ampkit.lint.fix import fix_source
 from ampkit.lint.rules import RULES
-from ampkit.lint.runner import Selection, check_paths, check_source
+from ampkit.lint.selection import Selection
 
 __all__ = [
     "RULES",

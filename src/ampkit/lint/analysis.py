@@ -1,227 +1,36 @@
-"""The facts the rules read: file-wide bindings and the event flow of every unit.
+"""One analysed file: its :class:`~ampkit.lint.facts.FileFacts` and the flow of every unit.
 
-:class:`FileFacts` is a single pass over a parsed file collecting what holds a scaler, an
-optimizer, a scaled loss or an autocast context (``self.scaler = GradScaler()``,
-``scaled = scaler.scale(loss)``, ``ctx = torch.autocast(...)``), the module-level functions
-and each class's methods. :class:`FileAnalysis` then builds one flow per unit (the module
-body and every function or method, following calls of same-file functions) for the rules.
+:class:`FileAnalysis` builds one event flow per unit (the module body and every function or
+method, following calls of same-file functions and ``self`` methods) for the rules.
 """
 
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
+import bisect
 from dataclasses import dataclass, field
 
+from ampkit.lint.events import Event, compatible, exclusive
+from ampkit.lint.facts import FileFacts, FunctionNode
 from ampkit.lint.findings import Finding, Fix, Severity
-from ampkit.lint.flow import INTERESTING_ATTRS, Event, FlowBuilder
-from ampkit.lint.names import (
-    SCALER_APIS,
-    AutocastInfo,
-    Imports,
-    Resolver,
-    dotted_key,
-    is_optimizer_name,
-    is_scaler_name,
-)
+from ampkit.lint.flow import FlowBuilder
 from ampkit.lint.source import SourceText
+from ampkit.lint.walk import walk_tree
 
 __all__ = ["FileAnalysis", "FileFacts", "Unit"]
 
-FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
-CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
 
-
-def _parse_annotation(text: str) -> ast.expr | None:
-    """The expression of a string annotation (``"torch.amp.GradScaler"``), if it parses."""
-    try:
-        return ast.parse(text, mode="eval").body
-    except (SyntaxError, ValueError, RecursionError):
-        return None
-
-
-class FileFacts:
-    """File-wide bindings used to classify calls (see the module docstring)."""
-
-    def __init__(self, tree: ast.Module, nodes: list[ast.AST]) -> None:
-        self.nodes = nodes
-        self.imports = Imports(nodes)
-        self.constants: dict[str, ast.expr] = {}
-        self.scaler_keys: dict[str, ast.Call | None] = {}
-        self.optimizer_keys: set[str] = set()
-        self.scaled_keys: set[str] = set()
-        self.autocast_vars: dict[str, AutocastInfo] = {}
-        self.assignments: dict[str, list[ast.expr]] = defaultdict(list)
-        self.functions: dict[str, FunctionNode] = {}
-        self.any_scaler_update = False
-        self.any_scaler = False
-        self.scaler_named = False
-        self._interesting: set[int] | None = None
-        for stmt in tree.body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.functions[stmt.name] = stmt
-        self._collect_constants()
-        self.resolver = Resolver(self.imports, self.constants)
-        self._collect_bindings()
-
-    def _collect_constants(self) -> None:
-        counts: dict[str, int] = defaultdict(int)
-        values: dict[str, ast.expr] = {}
-        for node in self.nodes:
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    for named in ast.walk(target):
-                        if isinstance(named, ast.Name):
-                            counts[named.id] += 1
-                            values[named.id] = node.value
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
-                if isinstance(node.target, ast.Name):
-                    counts[node.target.id] += 1
-                    if node.value is not None:
-                        values[node.target.id] = node.value
-            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-                for bound in ast.walk(node.target):
-                    if isinstance(bound, ast.Name):
-                        counts[bound.id] += 2
-            elif isinstance(node, ast.arg):
-                counts[node.arg] += 2
-        for name, count in counts.items():
-            value = values.get(name)
-            if count == 1 and isinstance(value, (ast.Constant, ast.Attribute, ast.Name)):
-                self.constants[name] = value
-
-    def _collect_bindings(self) -> None:
-        for node in self.nodes:
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for target in targets:
-                    self._bind(target, node.value)
-            elif isinstance(node, ast.AugAssign):
-                key = dotted_key(node.target)
-                if key is not None:
-                    self.assignments[key].append(node)  # type: ignore[arg-type]
-            elif isinstance(node, ast.Call):
-                self._note_call(node)
-            elif isinstance(node, ast.arg) and node.annotation is not None:
-                annotation: ast.expr | None = node.annotation
-                if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
-                    annotation = _parse_annotation(annotation.value)
-                if annotation is not None and self.imports.qualname(annotation) in SCALER_APIS:
-                    self.scaler_keys.setdefault(node.arg, None)
-            elif (
-                isinstance(node, ast.Name)
-                and is_scaler_name(node.id)
-                or isinstance(node, ast.Attribute)
-                and is_scaler_name(node.attr)
-            ):
-                self.scaler_named = True
-
-    def _bind(self, target: ast.expr, value: ast.expr) -> None:
-        if isinstance(target, (ast.Tuple, ast.List)):
-            for elt in target.elts:
-                self._bind(elt, value)
-            return
-        key = dotted_key(target)
-        if key is None:
-            return
-        self.assignments[key].append(value)
-        ctor = self.resolver.scaler_ctor(value)
-        if ctor is not None:
-            self.scaler_keys[key] = ctor
-            self.any_scaler = True
-        info = self.resolver.find_autocast(value)
-        if info is not None and not info.disabled:
-            self.autocast_vars[key] = info
-        if isinstance(value, ast.Call):
-            qual = self.imports.qualname(value.func) or ""
-            name = value.func.attr if isinstance(value.func, ast.Attribute) else qual
-            if qual.startswith("torch.optim.") or "optimizer" in name.lower():
-                self.optimizer_keys.add(key)
-        if self.is_scaled(value):
-            self.scaled_keys.add(key)
-
-    def _note_call(self, call: ast.Call) -> None:
-        func = call.func
-        if self.resolver.scaler_ctor(call) is not None:
-            self.any_scaler = True
-        if not isinstance(func, ast.Attribute):
-            return
-        obj = dotted_key(func.value)
-        if func.attr in ("step", "unscale_") and is_scaler_name(obj) and call.args:
-            arg = dotted_key(call.args[0])
-            if arg is not None:
-                self.optimizer_keys.add(arg)
-        if func.attr == "update" and self.is_scaler(obj):
-            self.any_scaler_update = True
-        if func.attr in ("scale", "unscale_") and self.is_scaler(obj):
-            self.any_scaler = True
-
-    def is_interesting(self, fn: FunctionNode) -> bool:
-        """Whether following a call into ``fn`` can add events (it makes AMP-relevant calls,
-        opens a ``with`` block, or calls a function of this file that does)."""
-        if self._interesting is None:
-            self._interesting = self._find_interesting()
-        return id(fn) in self._interesting
-
-    def _find_interesting(self) -> set[int]:
-        direct: set[int] = set()
-        calls: dict[int, set[str]] = {}
-        functions = [
-            n for n in self.nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-        ]
-        by_name: dict[str, list[int]] = defaultdict(list)
-        for fn in functions:
-            by_name[fn.name].append(id(fn))
-            names: set[str] = set()
-            for node in ast.walk(fn):
-                if not isinstance(node, ast.Call):
-                    continue
-                func = node.func
-                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                names.add(name)
-                if name in INTERESTING_ATTRS or name in CLIP_NAMES:
-                    direct.add(id(fn))
-                elif name in ("step", "update") and isinstance(func, ast.Attribute):
-                    obj = dotted_key(func.value)
-                    if self.is_scaler(obj) or (name == "step" and self.is_optimizer(obj)):
-                        direct.add(id(fn))
-                elif self.resolver.autocast(node) is not None:
-                    direct.add(id(fn))
-            calls[id(fn)] = names
-        interesting = set(direct)
-        changed = True
-        while changed:
-            changed = False
-            for fn in functions:
-                if id(fn) in interesting:
-                    continue
-                if any(i in interesting for name in calls[id(fn)] for i in by_name.get(name, ())):
-                    interesting.add(id(fn))
-                    changed = True
-        return interesting
-
-    def is_scaler(self, key: str | None) -> bool:
-        """Whether ``key`` holds a GradScaler (constructed here, or named like one)."""
-        return key is not None and (key in self.scaler_keys or is_scaler_name(key))
-
-    def is_optimizer(self, key: str | None) -> bool:
-        """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
-        return key is not None and (key in self.optimizer_keys or is_optimizer_name(key))
-
-    def is_scaled(self, node: ast.expr) -> bool:
-        """Whether ``node`` is (or holds) a loss multiplied by a scaler: ``scaler.scale(loss)``."""
-        key = dotted_key(node)
-        if key is not None and key in self.scaled_keys:
-            return True
-        for sub in ast.walk(node):
-            if (
-                isinstance(sub, ast.Call)
-                and isinstance(sub.func, ast.Attribute)
-                and sub.func.attr == "scale"
-                and self.is_scaler(dotted_key(sub.func.value))
-            ):
-                return True
-        return False
+def _local_functions(body: list[ast.stmt]) -> dict[str, FunctionNode]:
+    """Functions defined inside a body (not inside nested scopes), by name."""
+    found: dict[str, FunctionNode] = {}
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found.setdefault(node.name, node)
+        elif isinstance(node, ast.stmt) and not isinstance(node, ast.ClassDef):
+            stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt))
+    return found
 
 
 def _methods(
@@ -240,18 +49,96 @@ def _methods(
     return table
 
 
-@dataclass
 class Unit:
-    """A function, method or module body with its flow of events."""
+    """A function, method or module body with its flow of events, indexed for the rules.
 
-    node: ast.AST
-    events: list[Event]
-    cls: ast.ClassDef | None = None
-    group: int = 0
+    The queries only pair events that can belong to the same iteration (see
+    :func:`~ampkit.lint.events.compatible`), so a script with hundreds of loops costs each
+    event a look at its own loop, not at the whole file.
+    """
+
+    def __init__(
+        self,
+        node: ast.AST,
+        builder: FlowBuilder | None,
+        cls: ast.ClassDef | None = None,
+        group: int = 0,
+    ) -> None:
+        self.node = node
+        self.cls = cls
+        self.group = group
+        self.events: list[Event] = builder.events if builder is not None else []
+        self.loop_bound: dict[int, set[str]] = builder.loop_bound if builder is not None else {}
+        self.test_names = builder.test_names if builder is not None else {}
+        self.test_nodes = builder.test_nodes if builder is not None else {}
+        self._kinds: dict[str, list[Event]] = {}
+        self._tops: dict[tuple[int | None, str], list[Event]] = {}
+        for event in self.events:
+            self._kinds.setdefault(event.kind, []).append(event)
+            top = event.loops[0] if event.loops else None
+            self._tops.setdefault((top, event.kind), []).append(event)
+        self._orders = {k: [e.order for e in v] for k, v in self._kinds.items()}
+        self._cache: dict[tuple[str, ...], list[Event]] = {}
+        self._loops: dict[tuple[str, ...], set[int]] = {}
 
     def of(self, *kinds: str) -> list[Event]:
         """The events of the given kinds, in order."""
-        return [e for e in self.events if e.kind in kinds]
+        if len(kinds) == 1:
+            return self._kinds.get(kinds[0], [])
+        found = self._cache.get(kinds)
+        if found is None:
+            found = sorted((e for k in kinds for e in self._kinds.get(k, ())), key=_order)
+            self._cache[kinds] = found
+        return found
+
+    def related(self, event: Event, *kinds: str) -> list[Event]:
+        """Events of ``kinds`` that can run in the same iteration as ``event``, in order."""
+        if not event.loops:
+            return self.of(*kinds)
+        top = event.loops[0]
+        found = [e for k in kinds for t in (top, None) for e in self._tops.get((t, k), ())]
+        found.sort(key=_order)
+        return [e for e in found if compatible(e, event)]
+
+    def between(self, first: Event, last: Event, *kinds: str) -> list[Event]:
+        """Events of ``kinds`` that run after ``first`` and before ``last`` whenever both run:
+        strictly between them in the flow and in no arm that excludes either."""
+        found: list[Event] = []
+        for kind in kinds:
+            orders = self._orders.get(kind)
+            if not orders:
+                continue
+            lo = bisect.bisect_right(orders, first.order)
+            hi = bisect.bisect_left(orders, last.order)
+            found.extend(
+                e
+                for e in self._kinds[kind][lo:hi]
+                if not exclusive(e, first) and not exclusive(e, last)
+            )
+        return found
+
+    def condition(self, arm_key: str) -> str:
+        """The source text of a condition, for messages."""
+        node = self.test_nodes.get(arm_key)
+        return ast.unparse(node) if node is not None else "a condition"
+
+    def loops_with(self, *kinds: str) -> set[int]:
+        """Ids of the loops that contain at least one event of ``kinds``."""
+        found = self._loops.get(kinds)
+        if found is None:
+            found = self._loops[kinds] = {loop for e in self.of(*kinds) for loop in e.loops}
+        return found
+
+    def varies_in(self, arm_key: str, loop: int) -> bool:
+        """Whether a condition reads a variable that ``loop`` rebinds (a counter, the loop
+        target, a flag set inside it), so it can be true in one iteration and false in the next."""
+        names = self.test_names.get(arm_key)
+        bound = self.loop_bound.get(loop)
+        return bool(names and bound and names & bound)
+
+
+def _order(event: Event) -> int:
+    return event.order
 
 
 @dataclass
@@ -265,31 +152,43 @@ class FileAnalysis:
     units: list[Unit] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.nodes: list[ast.AST] = list(ast.walk(self.tree))
+        walk = walk_tree(self.tree)
+        self.nodes = walk.nodes
         self._parents: dict[int, ast.AST] | None = None
-        self.facts = FileFacts(self.tree, self.nodes)
-        self.units = []
-        module_unit = Unit(self.tree, FlowBuilder(self.facts, {}).build(self.tree.body), None, 0)
-        self.units.append(module_unit)
+        self._groups: dict[tuple[int, tuple[str, ...]], list[Event]] = {}
+        self.facts = FileFacts(self.tree, walk)
+        module = FlowBuilder(self.facts, {}, _local_functions(self.tree.body))
+        module.build(self.tree.body)
+        self.units = [Unit(self.tree, module, None, 0)]
         owners: dict[int, ast.ClassDef] = {}
         classes: dict[str, ast.ClassDef] = {}
+        functions: list[FunctionNode] = []
         for node in self.nodes:
             if isinstance(node, ast.ClassDef):
                 classes.setdefault(node.name, node)
                 for item in node.body:
                     if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                         owners[id(item)] = node
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.append(node)
         method_tables: dict[int, dict[str, FunctionNode]] = {}
-        for node in self.nodes:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                cls = owners.get(id(node))
-                methods: dict[str, FunctionNode] = {}
-                if cls is not None:
-                    if id(cls) not in method_tables:
-                        method_tables[id(cls)] = _methods(cls, classes)
-                    methods = method_tables[id(cls)]
-                events = FlowBuilder(self.facts, methods).build(node.body, node)
-                self.units.append(Unit(node, events, cls, id(cls) if cls is not None else 0))
+        for fn in functions:
+            cls = owners.get(id(fn))
+            group = id(cls) if cls is not None else 0
+            if not self.facts.has_events(fn):
+                continue
+            methods: dict[str, FunctionNode] = {}
+            if cls is not None:
+                if id(cls) not in method_tables:
+                    method_tables[id(cls)] = _methods(cls, classes)
+                methods = method_tables[id(cls)]
+            builder = FlowBuilder(self.facts, methods, _local_functions(fn.body))
+            builder.build(fn.body, fn)
+            self.units.append(Unit(fn, builder, cls, group))
+
+    def of_type(self, *kinds: type) -> list[ast.AST]:
+        """The nodes of the given ast types (in no particular order)."""
+        return [n for kind in kinds for n in self.facts.by_type.get(kind, ())]
 
     def parent(self, node: ast.AST) -> ast.AST | None:
         """The node that directly contains ``node`` (computed on first use)."""
@@ -299,7 +198,12 @@ class FileAnalysis:
 
     def group_events(self, group: int, *kinds: str) -> list[Event]:
         """Events of the given kinds in every unit of a class (or of the module, group 0)."""
-        return [e for u in self.units if u.group == group for e in u.of(*kinds)]
+        key = (group, kinds)
+        found = self._groups.get(key)
+        if found is None:
+            found = [e for u in self.units if u.group == group for e in u.of(*kinds)]
+            self._groups[key] = found
+        return found
 
     def finding(
         self, code: str, severity: Severity, node: ast.AST, message: str, fix: Fix | None = None

@@ -8,13 +8,20 @@ process repeats until nothing fixable is left, which makes ``--fix`` idempotent.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
+import tempfile
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+from ampkit.lint.check import check_source
+from ampkit.lint.discovery import read_source
 from ampkit.lint.findings import Edit, Finding
-from ampkit.lint.runner import Selection, check_source, read_source
+from ampkit.lint.selection import Selection
 
-__all__ = ["apply_fixes", "fix_file", "fix_source"]
+__all__ = ["FileFix", "apply_fixes", "fix_file", "fix_source"]
 
 _MAX_ROUNDS = 5
 
@@ -60,13 +67,50 @@ def fix_source(
     return text, total
 
 
-def fix_file(path: Path, selection: Selection | None = None) -> int:
-    """Apply safe fixes to a file in place (same encoding and line endings); return the count."""
+@dataclass(frozen=True)
+class FileFix:
+    """What ``--fix`` did to one file: how many fixes it wrote, or why it wrote nothing."""
+
+    count: int = 0
+    note: str | None = None
+
+
+def fix_file(path: Path, selection: Selection | None = None, root: Path | None = None) -> FileFix:
+    """Apply safe fixes to a file in place (same encoding and line endings).
+
+    ``root`` is the tree being linted (default: the file's folder). A file whose real path
+    lies outside it (a symlink leaving the tree) is not written, and neither is anything
+    that is not a regular file. The new text goes to a temporary file in the same folder
+    that then replaces the real file in one step, so a crash never leaves half a file, and
+    a symlink inside the tree keeps pointing at the (now fixed) file.
+    """
     try:
         text, encoding = read_source(path)
     except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
-        return 0
+        return FileFix()
     new, count = fix_source(text, str(path), selection)
-    if count and new != text:
-        path.write_bytes(new.encode(encoding))
-    return count
+    if not count or new == text:
+        return FileFix(count)
+    real = Path(os.path.realpath(path))
+    tree = Path(os.path.realpath(root if root is not None else path.parent))
+    if real != tree and tree not in real.parents:
+        return FileFix(0, f"{path}: not fixed: it is a symlink to {real}, outside {tree}")
+    _write_atomically(real, new.encode(encoding))
+    return FileFix(count)
+
+
+def _write_atomically(target: Path, data: bytes) -> None:
+    """Replace ``target``'s content by ``data`` through a temporary file in its folder."""
+    mode = stat.S_IMODE(os.stat(target).st_mode)
+    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".ampkit", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise

@@ -17,7 +17,9 @@ __all__ = [
     "AutocastInfo",
     "Imports",
     "dotted_key",
+    "is_deprecated",
     "is_optimizer_name",
+    "is_replacement",
     "is_scaler_name",
 ]
 
@@ -74,6 +76,22 @@ DTYPES: dict[str, str] = {
 #: Default autocast dtype of ``torch.autocast(device_type)`` per device.
 DEFAULT_DTYPE: dict[str, str] = {"cuda": FP16, "mps": FP16, "cpu": BF16, "xpu": BF16, "hpu": BF16}
 
+_OLD = ("torch.cuda.amp", "torch.cpu.amp")
+_NEW_EXACT = frozenset({"torch.amp", "torch.autocast", "torch.GradScaler"})
+
+
+def is_deprecated(qualname: str | None) -> bool:
+    """Whether a qualified name is (inside) the deprecated ``torch.cuda.amp``/``torch.cpu.amp``."""
+    return qualname is not None and any(
+        qualname == old or qualname.startswith(old + ".") for old in _OLD
+    )
+
+
+def is_replacement(qualname: str | None) -> bool:
+    """Whether a qualified name is the current API (``torch.amp...``, ``torch.autocast``)."""
+    return qualname is not None and (qualname in _NEW_EXACT or qualname.startswith("torch.amp."))
+
+
 _SCALER_RE = re.compile(r"scaler", re.IGNORECASE)
 _OPTIM_RE = re.compile(
     r"(^|_)(opt|optim|optimizer|optimiser)s?(_|$|\d)|optimi[sz]er", re.IGNORECASE
@@ -104,7 +122,12 @@ def is_optimizer_name(key: str | None) -> bool:
 
 
 class Imports:
-    """The names a module binds through ``import`` statements, mapped to qualified names."""
+    """The names a module binds through ``import`` statements, mapped to qualified names.
+
+    A name imported both from the current API and from the deprecated one (a fallback:
+    ``try: from torch.amp import X`` / ``except ImportError: from torch.cuda.amp import X``)
+    resolves to the current API, which is what it is on any torch that deprecates the other.
+    """
 
     def __init__(self, nodes: list[ast.AST]) -> None:
         self.aliases: dict[str, str] = {}
@@ -112,14 +135,20 @@ class Imports:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
-                        self.aliases[alias.asname] = alias.name
+                        self._bind(alias.asname, alias.name)
                     else:
                         root = alias.name.split(".", 1)[0]
-                        self.aliases[root] = root
+                        self._bind(root, root)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 for alias in node.names:
                     if alias.name != "*":
-                        self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                        self._bind(alias.asname or alias.name, f"{node.module}.{alias.name}")
+
+    def _bind(self, name: str, qualname: str) -> None:
+        previous = self.aliases.get(name)
+        if previous is not None and is_deprecated(qualname) and not is_deprecated(previous):
+            return
+        self.aliases[name] = qualname
 
     def qualname(self, node: ast.AST) -> str | None:
         """The qualified name an expression refers to (``th.cuda.amp.autocast``), if known."""
@@ -212,12 +241,30 @@ class Resolver:
         return AutocastInfo(node, api, device, dtype, self.is_false(enabled_node))
 
     def find_autocast(self, node: ast.AST) -> AutocastInfo | None:
-        """The autocast call inside an expression such as ``autocast() if amp else nullcontext()``."""
+        """The autocast inside an expression: a call, ``autocast() if amp else nullcontext()``,
+        or autocast passed by reference (``torch.autocast``, ``partial(torch.autocast, ...)``,
+        ``lambda: torch.autocast(...)``), as stored in a variable that is called later."""
         if isinstance(node, ast.Call):
-            return self.autocast(node)
+            info = self.autocast(node)
+            if info is None and node.args and self._is_partial(node.func):
+                bound = ast.Call(node.args[0], node.args[1:], node.keywords)
+                info = self.autocast(ast.copy_location(bound, node))
+            return info
         if isinstance(node, ast.IfExp):
             return self.find_autocast(node.body) or self.find_autocast(node.orelse)
+        if isinstance(node, ast.Lambda):
+            return self.find_autocast(node.body)
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            api = self.imports.qualname(node)
+            if api in AUTOCAST_APIS:
+                device = AUTOCAST_APIS[api]
+                dtype = DEFAULT_DTYPE.get(device) if device else None
+                return AutocastInfo(node, api, device, dtype)
         return None
+
+    def _is_partial(self, func: ast.expr) -> bool:
+        name = self.imports.qualname(func)
+        return name == "functools.partial" or (isinstance(func, ast.Name) and func.id == "partial")
 
     def scaler_ctor(self, node: ast.AST) -> ast.Call | None:
         """The GradScaler constructor call in ``node`` (also inside ``a if c else b``)."""

@@ -23,3 +23,10 @@ class Trainer:
     def optimizer_step(self):
         self.optimizer.step()  # expect: AMP004
         self.scaler.update()
+
+
+def sparse_update(scaler, dense_opt, sparse_opt):
+    scaler.step(dense_opt)
+    scaler.unscale_(sparse_opt)
+    sparse_opt.step()  # expect: AMP004
+    scaler.update()

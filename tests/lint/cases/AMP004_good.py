@@ -29,3 +29,11 @@ class Trainer:
             self.scaler.update()
         else:
             self.optimizer.step()
+
+
+def sparse_update(scaler, dense_opt, sparse_opt):
+    scaler.step(dense_opt)
+    scaler.unscale_(sparse_opt)
+    torch.nn.utils.clip_grad_norm_(sparse_params, 1.0)
+    scaler.step(sparse_opt)
+    scaler.update()

@@ -6,11 +6,14 @@ import ast
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis
+from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
-from ampkit.lint.flow import exclusive
+from ampkit.lint.names import dotted_key
 from ampkit.lint.rules.base import Rule, register
 
 __all__ = ["UndividedAccumulatedLoss"]
+
+_DEPTH = 4
 
 
 def _has_division(node: ast.AST) -> bool:
@@ -26,20 +29,102 @@ def _has_division(node: ast.AST) -> bool:
     return False
 
 
-def _loss_divided(analysis: FileAnalysis, loss: ast.expr | None) -> bool:
-    """Whether the loss (or any assignment to its variable) divides or scales it."""
-    if loss is None or _has_division(loss):
-        return True
-    key = ast.unparse(loss)
-    for value in analysis.facts.assignments.get(key, []):
+def _carried(value: ast.expr) -> list[str]:
+    """Variables whose value a binding passes on unchanged: ``loss = other`` and the loss
+    handed to a wrapper (``with amp.scale_loss(loss, opt) as scaled``, first argument)."""
+    if isinstance(value, (ast.Name, ast.Attribute)):
+        key = dotted_key(value)
+        return [key] if key is not None else []
+    if isinstance(value, ast.Call) and value.args:
+        key = dotted_key(value.args[0])
+        return [key] if key is not None else []
+    return []
+
+
+class _Provenance:
+    """Where a loss value comes from, followed through the file's bindings."""
+
+    def __init__(self, analysis: FileAnalysis, divisor: str) -> None:
+        self.analysis = analysis
+        self.facts = analysis.facts
+        self.tainted = self._reach(divisor)
+
+    def _reach(self, divisor: str) -> set[str]:
+        """Names that hold the accumulation count or a value computed from it, including the
+        parameters of same-file functions it is passed to."""
+        tainted = {divisor}
+        params = self._parameters()
+        for _ in range(_DEPTH):
+            before = len(tainted)
+            for key, values in self.facts.assignments.items():
+                if key not in tainted and any(_mentions(v, tainted) for v in values):
+                    tainted.add(key)
+            for call, fn in params:
+                positional = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+                if positional and positional[0] in ("self", "cls"):
+                    positional = positional[1:]
+                for name, arg in zip(positional, call.args, strict=False):
+                    if _mentions(arg, tainted):
+                        tainted.add(name)
+                for kw in call.keywords:
+                    if kw.arg is not None and _mentions(kw.value, tainted):
+                        tainted.add(kw.arg)
+            if len(tainted) == before:
+                break
+        return tainted
+
+    def _parameters(self) -> list[tuple[ast.Call, ast.FunctionDef | ast.AsyncFunctionDef]]:
+        by_name: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+        for node in self.analysis.nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                by_name.setdefault(node.name, node)
+        pairs = []
+        for node in self.analysis.nodes:
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name in by_name:
+                    pairs.append((node, by_name[name]))
+        return pairs
+
+    def normalised(self, loss: ast.expr | None) -> bool:
+        """Whether the loss (or what it was computed from) is divided or scaled somewhere,
+        or computed by a call that receives the accumulation count."""
+        if loss is None or _has_division(loss):
+            return True
+        seen: set[str] = set()
+        todo = [k for k in [dotted_key(loss) or ast.unparse(loss)] if k]
+        for _ in range(_DEPTH):
+            following: list[str] = []
+            for key in todo:
+                if key in seen:
+                    continue
+                seen.add(key)
+                for value in self.facts.assignments.get(key, []):
+                    if self._divides(value):
+                        return True
+                    following.extend(_carried(value))
+            todo = following
+        return False
+
+    def _divides(self, value: ast.expr) -> bool:
         if _has_division(value):
             return True
-        if isinstance(value, ast.Call):
-            func = value.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            callee = analysis.facts.functions.get(name) or _method(analysis, name)
-            if callee is not None and _has_division(callee):
-                return True
+        if not isinstance(value, ast.Call):
+            return False
+        args = [*value.args, *(kw.value for kw in value.keywords)]
+        if any(_mentions(a, self.tainted) for a in args):
+            return True
+        func = value.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        callee = self.facts.functions.get(name) or _method(self.analysis, name)
+        return callee is not None and _has_division(callee)
+
+
+def _mentions(node: ast.AST, keys: set[str]) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Name, ast.Attribute)) and dotted_key(sub) in keys:
+            return True
     return False
 
 
@@ -57,6 +142,11 @@ class UndividedAccumulatedLoss(Rule):
     Gradients of ``n`` backward passes add up. Without ``loss / n`` the effective learning
     rate is ``n`` times larger than with one big batch, and with fp16 the summed, scaled
     gradients overflow ``n`` times sooner (more skipped steps).
+
+    Normalising elsewhere counts: dividing the loss before handing it on
+    (``loss = loss / n`` then ``amp.scale_loss(loss, ...)``), computing it with a function
+    that receives the accumulation count, or rescaling the gradients before the step
+    (``p.grad.div_(n)``, ``optimizer.multiply_grads(1 / n)``).
 
     Bad::
 
@@ -85,19 +175,34 @@ class UndividedAccumulatedLoss(Rule):
     summary = "Gradient accumulation (stepping every N iterations) with a loss not divided by N."
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        provenance: dict[str, _Provenance] = {}
         for unit in analysis.units:
-            steps = [s for s in unit.of("scaler_step", "opt_step") if s.ctx.accum and s.loops]
             for b in unit.of("backward"):
                 if b.framework or b.ctx.accum or not b.loops:
                     continue
-                step = next(
-                    (s for s in steps if s.loops[-1] == b.loops[-1] and not exclusive(s, b)), None
-                )
-                if step is None or _loss_divided(analysis, b.loss):
+                step = self._accumulating_step(unit.related(b, "scaler_step", "opt_step"), b)
+                if step is None or step.ctx.accum is None:
+                    continue
+                if any(
+                    b.loops[-1] in r.loops and not exclusive(r, b)
+                    for r in unit.related(b, "grad_rescale")
+                ):
+                    continue
+                divisor = step.ctx.accum
+                if divisor not in provenance:
+                    provenance[divisor] = _Provenance(analysis, divisor)
+                if provenance[divisor].normalised(b.loss):
                     continue
                 yield self.finding(
                     analysis,
                     b.node,
-                    f"gradients are accumulated over {step.ctx.accum} iterations but the loss is not "
-                    f"divided by {step.ctx.accum}",
+                    f"gradients are accumulated over {divisor} iterations but the loss is not "
+                    f"divided by {divisor}",
                 )
+
+    @staticmethod
+    def _accumulating_step(steps: list[Event], b: Event) -> Event | None:
+        for s in steps:
+            if s.ctx.accum and s.loops and s.loops[-1] == b.loops[-1] and not exclusive(s, b):
+                return s
+        return None

@@ -6,9 +6,10 @@ import ast
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
+from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
-from ampkit.lint.flow import Event, exclusive
 from ampkit.lint.names import BF16, FP16, AutocastInfo, dotted_key
+from ampkit.lint.patterns import loaded_keys
 from ampkit.lint.rules.base import Rule, register
 
 __all__ = [
@@ -69,11 +70,16 @@ class FloatSixteenWithoutScaler(Rule):
         for unit in analysis.units:
             if unit.of(*_SCALER_KINDS) or any(b.scaled for b in unit.of("backward")):
                 continue
-            backwards = [b for b in unit.of("backward") if not b.framework]
+            if not unit.of("opt_step") and not analysis.group_events(unit.group, "opt_step"):
+                continue  # a backward without an optimizer step is a gradient check, not training
             for a in unit.of("autocast"):
                 if _info(a).dtype != FP16:
                     continue
-                if any(b.order > a.order and not exclusive(a, b) for b in backwards):
+                if any(
+                    b.order > a.order and not exclusive(a, b)
+                    for b in unit.related(a, "backward")
+                    if not b.framework
+                ):
                     yield self.finding(
                         analysis,
                         a.node,
@@ -84,48 +90,80 @@ class FloatSixteenWithoutScaler(Rule):
 
 @register
 class CastInsideAutocastLoop(Rule):
-    """Manual ``.half()`` / ``.bfloat16()`` / ``.to(float16)`` in a loop that uses autocast.
+    """Manual ``.half()`` / ``.bfloat16()`` / ``.to(float16)`` in a training loop that uses autocast.
 
     autocast already runs each op in the precision that is safe for it (matmuls in fp16,
     softmax and reductions in fp32). Casting inputs or the model by hand forces everything
     to low precision (losing the fp32 ops autocast protects), and casting every iteration
     costs a copy.
 
-    A cast inside a branch that chooses the precision mode (``if use_fp16:``) is taken as
-    deliberate and not reported.
+    Reported: a cast inside the autocast block, or a cast whose result is used inside the
+    autocast block of the same training loop (a loop of the cast's own function that runs a
+    backward pass). Not reported: a cast inside a branch that chooses the precision mode
+    (``if use_fp16:``), a value cast straight back (``model.half().float()``), a separate
+    low-precision copy that autocast never sees, and casts in loops without a backward
+    (inference).
 
     Bad::
 
         for x, y in loader:
-            with torch.autocast("cuda", dtype=torch.float16):
-                loss = loss_fn(model(x.half()), y)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = loss_fn(model(x.bfloat16()), y)
+            loss.backward()
+            optimizer.step()
 
     Good::
 
         for x, y in loader:
-            with torch.autocast("cuda", dtype=torch.float16):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
     """
 
     code = "AMP007"
     name = "manual-cast-with-autocast"
     severity = Severity.WARNING
-    summary = "Manual .half()/.bfloat16()/.to(float16) of inputs or model in a loop that also uses autocast."
+    summary = "Manual .half()/.bfloat16()/.to(float16) of inputs or model in a training loop that also uses autocast."
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
-            regions = unit.of("autocast")
+            if not unit.of("autocast"):
+                continue
+            training = unit.loops_with("backward")
             for cast in unit.of("cast"):
-                if not cast.loops or cast.ctx.amp_conditional:
+                if cast.ctx.amp_conditional or cast.extra.get("recast"):
                     continue
-                loops = set(cast.loops)
-                if cast.ctx.autocast is not None or any(loops & set(a.loops) for a in regions):
+                own = cast.own_loops
+                if not own or own[-1] not in training:
+                    continue
+                if cast.ctx.autocast is not None or self._used_under_autocast(unit, cast, own[-1]):
                     yield self.finding(
                         analysis,
                         cast.node,
                         f"manual cast to {cast.dtype} inside a loop that uses autocast; "
                         "let autocast choose the precision per op",
                     )
+
+    @staticmethod
+    def _used_under_autocast(unit: Unit, cast: Event, loop: int) -> bool:
+        """Whether the cast value (the assigned name, or a module cast in place) is read
+        inside an autocast block of the same loop."""
+        key = cast.target or (cast.obj if cast.extra.get("alone") else None)
+        if key is None:
+            return False
+        for region in unit.related(cast, "autocast"):
+            body = region.extra.get("body")
+            if loop not in region.loops or not isinstance(body, (ast.With, ast.AsyncWith)):
+                continue
+            if exclusive(region, cast):
+                continue
+            uses = region.extra.get("uses")
+            if not isinstance(uses, frozenset):
+                uses = region.extra["uses"] = loaded_keys(body.body)
+            if key in uses:
+                return True
+        return False
 
 
 @register
@@ -293,13 +331,22 @@ class HalfStateDictSaved(Rule):
     fp32 model silently upcasts already-rounded values. Save the fp32 master weights
     (convert a copy for fp16 inference, or call ``.float()`` before saving).
 
+    Only files that train the model count: converting a model to fp16 and saving it for
+    inference (nothing stepped in that function) is an export, not a lost checkpoint.
+
     Bad::
 
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+            optimizer.step()
         model.half()
         torch.save(model.state_dict(), "model.pt")
 
     Good::
 
+        for x, y in loader:
+            loss_fn(model(x), y).backward()
+            optimizer.step()
         torch.save(model.state_dict(), "model.pt")
         model.half()  # for fp16 inference only
     """
@@ -311,6 +358,8 @@ class HalfStateDictSaved(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
+            if not unit.of("backward", "opt_step", "scaler_step"):
+                continue  # an fp16 export of a model that is not trained here
             casts = unit.of("cast", "float")
             for save in unit.of("save"):
                 for model in sorted(_saved_models(unit, save)):

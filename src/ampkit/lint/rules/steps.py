@@ -1,250 +1,29 @@
-"""Rules about the order of backward, scaler and optimizer calls within a training step."""
+"""Rules about the order of scaler and optimizer calls within (and across) training steps."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
+from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
-from ampkit.lint.flow import Event, exclusive
 from ampkit.lint.rules.base import Rule, register
+from ampkit.lint.rules.common import current_backward, last_before
 
 __all__ = [
-    "BackwardUnscaledLoss",
-    "ClipScaledGradients",
+    "ClipAfterStep",
+    "DoubleOptimizerStep",
     "DoubleUnscale",
-    "OptimizerStepBypassesScaler",
     "ScalerStepWithoutUpdate",
     "ZeroGradBeforeScalerStep",
 ]
 
-
-def _between(unit: Unit, first: Event, last: Event, *kinds: str) -> list[Event]:
-    """Events of ``kinds`` strictly between two events that can run with both of them."""
-    return [
-        e
-        for e in unit.of(*kinds)
-        if first.order < e.order < last.order and not exclusive(e, first) and not exclusive(e, last)
-    ]
+_STEPS = ("scaler_step", "opt_step")
 
 
-def _scaled_backwards(unit: Unit) -> list[Event]:
-    return [e for e in unit.of("backward") if e.scaled]
-
-
-def _current_backward(unit: Unit, event: Event) -> Event | None:
-    """The last scaled backward of the step ``event`` belongs to (no step/update in between)."""
-    for b in reversed(_scaled_backwards(unit)):
-        if (
-            b.order < event.order
-            and not exclusive(b, event)
-            and not _between(unit, b, event, "scaler_step", "scaler_update")
-        ):
-            return b
-    return None
-
-
-@register
-class ClipScaledGradients(Rule):
-    """Gradients are clipped while they are still multiplied by the loss scale.
-
-    After ``scaler.scale(loss).backward()`` every gradient is multiplied by the current scale
-    (65536 at the start). ``clip_grad_norm_(params, 1.0)`` then compares that inflated norm
-    with 1.0 and shrinks the gradients by the scale factor, which silently turns clipping
-    into "every step is clipped to almost nothing". Call ``scaler.unscale_(optimizer)`` first,
-    or clip against ``max_norm * scaler.get_scale()``.
-
-    Bad::
-
-        scaler.scale(loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
-
-    Good::
-
-        scaler.scale(loss).backward()
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
-    """
-
-    code = "AMP001"
-    name = "clip-scaled-gradients"
-    severity = Severity.ERROR
-    summary = "Gradient clipping after a scaled backward without scaler.unscale_(optimizer) first."
-
-    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        message = (
-            "gradients are clipped while still scaled by the GradScaler; "
-            "call scaler.unscale_(optimizer) before clipping"
-        )
-        for unit in analysis.units:
-            for clip in unit.of("clip"):
-                if clip.extra.get("get_scale"):
-                    continue
-                backward = _current_backward(unit, clip)
-                if backward is not None:
-                    if not _between(unit, backward, clip, "unscale"):
-                        yield self.finding(analysis, clip.node, message)
-                    continue
-                if self._class_shaped(analysis, unit, clip):
-                    yield self.finding(analysis, clip.node, message)
-
-    @staticmethod
-    def _class_shaped(analysis: FileAnalysis, unit: Unit, clip: Event) -> bool:
-        """Backward in another method/function, step here, no ``unscale_`` anywhere."""
-        steps_after = [
-            s for s in unit.of("scaler_step") if s.order > clip.order and not exclusive(s, clip)
-        ]
-        if not steps_after or any(e for e in unit.of("backward") if e.order < clip.order):
-            return False
-        group = unit.group
-        scaled = [e for e in analysis.group_events(group, "backward") if e.scaled]
-        return bool(scaled) and not analysis.group_events(group, "unscale")
-
-
-@register
-class BackwardUnscaledLoss(Rule):
-    """``loss.backward()`` on an unscaled loss in a step that uses ``scaler.step``.
-
-    ``scaler.step(optimizer)`` divides the gradients by the scale before stepping. If the
-    backward pass was not run on ``scaler.scale(loss)``, the gradients were never multiplied,
-    so the update is divided by 65536 (training silently stalls), and fp16 gradients can
-    underflow to zero.
-
-    Bad::
-
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = model(x).loss
-        loss.backward()
-        scaler.step(optimizer)
-        scaler.update()
-
-    Good::
-
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = model(x).loss
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    """
-
-    code = "AMP003"
-    name = "backward-unscaled-loss"
-    severity = Severity.ERROR
-    summary = "loss.backward() on an unscaled loss in a loop that steps through scaler.step."
-
-    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        for unit in analysis.units:
-            steps = unit.of("scaler_step")
-            for b in unit.of("backward"):
-                if b.scaled or b.framework or b.ctx.amp_conditional:
-                    continue
-                for s in steps:
-                    if exclusive(b, s) or s.order < b.order:
-                        continue
-                    if _between(unit, b, s, "opt_step", "scaler_update", "scaler_step"):
-                        continue
-                    yield self._report(analysis, b, s.obj)
-                    break
-                else:
-                    if not steps and self._class_shaped(analysis, unit, b):
-                        yield self._report(analysis, b, None)
-
-    def _report(self, analysis: FileAnalysis, b: Event, scaler: str | None) -> Finding:
-        name = scaler or "scaler"
-        return self.finding(
-            analysis,
-            b.node,
-            f"backward on an unscaled loss, but the step goes through {name}.step(); "
-            f"use {name}.scale(loss).backward()",
-        )
-
-    @staticmethod
-    def _class_shaped(analysis: FileAnalysis, unit: Unit, b: Event) -> bool:
-        """Backward here, ``scaler.step`` in another method of the class, nothing ever scaled."""
-        if unit.cls is None or unit.of("opt_step"):
-            return False
-        group = unit.group
-        backwards = analysis.group_events(group, "backward")
-        return (
-            bool(analysis.group_events(group, "scaler_step"))
-            and not analysis.group_events(group, "scale", "opt_step")
-            and not any(e.scaled or e.ctx.amp_conditional for e in backwards)
-        )
-
-
-@register
-class OptimizerStepBypassesScaler(Rule):
-    """``optimizer.step()`` called directly after a scaled backward.
-
-    The gradients are still multiplied by the loss scale and may contain inf/NaN from an
-    fp16 overflow. ``scaler.step(optimizer)`` unscales them and skips the step on overflow;
-    calling ``optimizer.step()`` applies a 65536-times too large (or NaN) update.
-
-    Bad::
-
-        scaler.scale(loss).backward()
-        optimizer.step()
-        scaler.update()
-
-    Good::
-
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    """
-
-    code = "AMP004"
-    name = "optimizer-step-bypasses-scaler"
-    severity = Severity.ERROR
-    summary = "optimizer.step() called directly while the loss was scaled (bypasses the inf check)."
-
-    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        for unit in analysis.units:
-            for o in unit.of("opt_step"):
-                if o.ctx.amp_conditional:
-                    continue
-                b = next(
-                    (
-                        b
-                        for b in reversed(_scaled_backwards(unit))
-                        if b.order < o.order
-                        and not exclusive(b, o)
-                        and not _between(unit, b, o, "scaler_update", "opt_step")
-                    ),
-                    None,
-                )
-                if b is None:
-                    if self._class_shaped(analysis, unit, o):
-                        yield self._report(analysis, o)
-                    continue
-                others = [
-                    s for s in unit.of("scaler_step") if not exclusive(s, o) and s.arg != o.obj
-                ]
-                if others:
-                    continue
-                yield self._report(analysis, o)
-
-    def _report(self, analysis: FileAnalysis, o: Event) -> Finding:
-        return self.finding(
-            analysis,
-            o.node,
-            f"{o.obj}.step() after a scaled backward skips the GradScaler inf/NaN check; "
-            f"use scaler.step({o.obj})",
-        )
-
-    @staticmethod
-    def _class_shaped(analysis: FileAnalysis, unit: Unit, o: Event) -> bool:
-        """Step here, scaled backward in another method of the class, no ``scaler.step`` at all."""
-        if unit.cls is None or unit.of("backward"):
-            return False
-        group = unit.group
-        return any(e.scaled for e in analysis.group_events(group, "backward")) and not (
-            analysis.group_events(group, "scaler_step")
-        )
+def _stepped(event: Event) -> str | None:
+    """The optimizer a step event updates (``scaler.step(opt)`` and ``opt.step()`` alike)."""
+    return event.arg if event.kind == "scaler_step" else event.obj
 
 
 @register
@@ -253,7 +32,8 @@ class ScalerStepWithoutUpdate(Rule):
 
     Without ``update()`` the scale never shrinks after an overflow, so every later step is
     skipped (inf gradients forever), and it never grows either. ``update()`` belongs once per
-    iteration, after the step(s).
+    iteration, after the step(s). Stepping several optimizers in a loop of their own
+    (``for opt in optimizers: scaler.step(opt)``) and updating once after it is correct.
 
     Bad::
 
@@ -266,7 +46,8 @@ class ScalerStepWithoutUpdate(Rule):
 
         for x, y in loader:
             scaler.scale(loss_fn(model(x), y)).backward()
-            scaler.step(optimizer)
+            for opt in optimizers:
+                scaler.step(opt)
             scaler.update()
             optimizer.zero_grad()
     """
@@ -279,15 +60,15 @@ class ScalerStepWithoutUpdate(Rule):
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         anywhere = analysis.facts.any_scaler_update
         for unit in analysis.units:
-            updates = unit.of("scaler_update")
+            training = unit.loops_with("backward")
+            has_updates = bool(unit.of("scaler_update"))
             for s in unit.of("scaler_step"):
-                if s.loops:
-                    loop = s.loops[-1]
-                    if any(loop in u.loops for u in updates):
+                if not s.loops:
+                    if has_updates or anywhere:
                         continue
-                    if not updates and anywhere:
-                        continue
-                elif updates or anywhere:
+                elif any(_covers(u, s, training) for u in unit.related(s, "scaler_update")):
+                    continue
+                elif not has_updates and anywhere:
                     continue
                 yield self.finding(
                     analysis,
@@ -296,13 +77,27 @@ class ScalerStepWithoutUpdate(Rule):
                 )
 
 
+def _covers(update: Event, step: Event, training: set[int]) -> bool:
+    """Whether ``update`` runs once per training iteration in which ``step`` runs."""
+    if step.loops[-1] in update.loops:
+        return True
+    depth = len(update.loops)
+    inner = step.loops[depth:]
+    # loops between the update and the step only iterate over optimizers (no backward)
+    return step.loops[:depth] == update.loops and not any(loop in training for loop in inner)
+
+
 @register
 class DoubleUnscale(Rule):
-    """``scaler.unscale_(optimizer)`` called twice before ``scaler.update()``.
+    """``scaler.unscale_(optimizer)`` can run twice before ``scaler.update()``.
 
     The second call raises ``RuntimeError: unscale_() has already been called on this
     optimizer since the last update()`` at run time, typically only on the first step that
     reaches that code path (for example, after hours of training, at the first clipping step).
+
+    The next iteration of the loop counts too: ``unscale_`` on every micro-step while
+    ``update()`` only runs every N steps (behind a condition on a counter or the loop
+    variable) raises on the second micro-step.
 
     Bad::
 
@@ -310,40 +105,93 @@ class DoubleUnscale(Rule):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.unscale_(optimizer)
         scaler.step(optimizer)
+        scaler.update()
+
+    Bad (across iterations)::
+
+        for i, batch in enumerate(loader):
+            scaler.scale(model(batch) / accum_steps).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            if (i + 1) % accum_steps == 0:
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
 
     Good::
 
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
+        for i, batch in enumerate(loader):
+            scaler.scale(model(batch) / accum_steps).backward()
+            if (i + 1) % accum_steps == 0:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(optimizer)
+                scaler.update()
+                optimizer.zero_grad()
     """
 
     code = "AMP010"
     name = "double-unscale"
     severity = Severity.ERROR
-    summary = "scaler.unscale_(opt) twice before scaler.update()."
+    summary = "scaler.unscale_(opt) twice before scaler.update(), also across loop iterations."
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
-            calls = unit.of("unscale")
-            for i, second in enumerate(calls):
-                for first in calls[:i]:
-                    if (
-                        first.obj != second.obj
-                        or first.arg != second.arg
-                        or exclusive(first, second)
-                    ):
-                        continue
-                    if first.node is second.node or _between(unit, first, second, "scaler_update"):
-                        continue
+            for second in unit.of("unscale"):
+                first = self._earlier_unscale(unit, second)
+                if first is not None:
                     yield self.finding(
                         analysis,
                         second.node,
-                        f"{second.obj}.unscale_({second.arg or ''}) again before {second.obj}.update() "
-                        "(raises RuntimeError)",
+                        f"{second.obj}.unscale_({second.arg or ''}) again before "
+                        f"{second.obj}.update() (raises RuntimeError)",
                     )
-                    break
+                    continue
+                guard = self._update_guard(unit, second)
+                if guard is not None:
+                    yield self.finding(
+                        analysis,
+                        second.node,
+                        f"{second.obj}.unscale_({second.arg or ''}) runs on every iteration but "
+                        f"{second.obj}.update() only when `{guard}`; the next unscale_() before "
+                        "update() raises RuntimeError (move unscale_ under the same condition)",
+                    )
+
+    @staticmethod
+    def _earlier_unscale(unit: Unit, second: Event) -> Event | None:
+        for first in last_before(unit, second, "unscale"):
+            if first.obj != second.obj or first.arg != second.arg or first.node is second.node:
+                continue
+            if unit.between(first, second, "scaler_update"):
+                return None
+            return first
+        return None
+
+    @staticmethod
+    def _update_guard(unit: Unit, unscale: Event) -> str | None:
+        """The condition that lets an iteration unscale without updating, if there is one."""
+        if not unscale.loops:
+            return None
+        loop = unscale.loops[-1]
+        updates = [
+            u
+            for u in unit.related(unscale, "scaler_update")
+            if loop in u.loops and not exclusive(u, unscale)
+        ]
+        if not updates:
+            return None
+        mine = set(unscale.ctx.arms)
+        guard: str | None = None
+        for update in updates:
+            varying = [
+                key
+                for key, arm in update.ctx.arms
+                if (key, arm) not in mine and unit.varies_in(key, loop)
+            ]
+            if not varying:
+                return None
+            guard = guard or unit.condition(varying[0])
+        return guard
 
 
 @register
@@ -378,13 +226,13 @@ class ZeroGradBeforeScalerStep(Rule):
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
             for z in unit.of("zero_grad"):
-                b = _current_backward(unit, z)
+                b = current_backward(unit, z)
                 if b is None:
                     continue
-                for s in unit.of("scaler_step"):
+                for s in unit.related(z, "scaler_step"):
                     if s.order < z.order or exclusive(s, z) or exclusive(s, b):
                         continue
-                    if _between(unit, z, s, "backward"):
+                    if unit.between(z, s, "backward"):
                         break
                     if analysis.facts.is_optimizer(z.obj) and s.arg != z.obj:
                         break
@@ -395,3 +243,113 @@ class ZeroGradBeforeScalerStep(Rule):
                         f"before {s.obj}.step() uses them",
                     )
                     break
+
+
+@register
+class DoubleOptimizerStep(Rule):
+    """The same optimizer is stepped twice in one iteration.
+
+    Typically ``scaler.step(optimizer)`` inside ``if use_amp:`` and then an unconditional
+    ``optimizer.step()`` after the branch: in AMP mode the weights are updated twice with
+    the same gradients (and the second update bypasses the GradScaler's inf/NaN check). Two
+    steps in the arms of one condition, with a new backward pass between them, or with no
+    backward pass before them at all (a test driving a wrapper), are fine.
+
+    Bad::
+
+        scaler.scale(loss).backward()
+        if use_amp:
+            scaler.step(optimizer)
+            scaler.update()
+        optimizer.step()
+
+    Good::
+
+        scaler.scale(loss).backward()
+        if use_amp:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+    """
+
+    code = "AMP015"
+    name = "double-optimizer-step"
+    severity = Severity.ERROR
+    summary = (
+        "The same optimizer is stepped twice (scaler.step and optimizer.step) in one iteration."
+    )
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for unit in analysis.units:
+            for second in unit.of(*_STEPS):
+                target = _stepped(second)
+                if target is None:
+                    continue
+                for first in last_before(unit, second, *_STEPS):
+                    if _stepped(first) != target or first.node is second.node:
+                        continue
+                    if (
+                        first.loops == second.loops
+                        and last_before(unit, first, "backward")
+                        and not unit.between(first, second, "backward")
+                    ):
+                        yield self.finding(
+                            analysis,
+                            second.node,
+                            f"{target} is stepped again (already stepped on line {first.line}) "
+                            "with the same gradients; step it once per iteration",
+                        )
+                    break
+
+
+@register
+class ClipAfterStep(Rule):
+    """Gradients are clipped after the optimizer step has already used them.
+
+    Clipping changes ``.grad`` in place; once ``scaler.step(optimizer)`` or
+    ``optimizer.step()`` has run, the update is done, so the clip has no effect on it (and
+    the clipped gradients are usually zeroed next). Clip after ``scaler.unscale_`` and
+    before the step.
+
+    Bad::
+
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+
+    Good::
+
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+    """
+
+    code = "AMP016"
+    name = "clip-after-step"
+    severity = Severity.ERROR
+    summary = "Gradient clipping after the optimizer step (the clip has no effect on the update)."
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        for unit in analysis.units:
+            for clip in unit.of("clip"):
+                before = last_before(unit, clip, "backward", *_STEPS)
+                if not before or before[0].kind == "backward":
+                    continue
+                after = [
+                    e
+                    for e in unit.related(clip, "backward", *_STEPS)
+                    if e.order > clip.order and not exclusive(e, clip)
+                ]
+                if after and after[0].kind != "backward":
+                    continue  # clipping for a later step (another optimizer)
+                step = before[0]
+                yield self.finding(
+                    analysis,
+                    clip.node,
+                    f"gradients are clipped after {_stepped(step) or 'the optimizer'} was stepped "
+                    f"on line {step.line}; clip before the step",
+                )

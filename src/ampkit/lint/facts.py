@@ -1,0 +1,306 @@
+"""The file-wide facts the rules read, collected in one pass over a parsed file.
+
+:class:`FileFacts` records what holds a scaler, an optimizer, a scaled loss or an autocast
+context (``self.scaler = GradScaler()``, ``scaled = scaler.scale(loss)``,
+``ctx = torch.autocast(...)``), the module-level functions, and which functions are worth
+following from their callers. The name tables below say which calls matter.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+
+from ampkit.lint.names import (
+    SCALER_APIS,
+    AutocastInfo,
+    Imports,
+    Resolver,
+    dotted_key,
+    is_optimizer_name,
+    is_scaler_name,
+)
+from ampkit.lint.walk import FunctionNode, Walk
+
+__all__ = ["CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
+
+CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
+
+#: Method names whose calls make a function worth following from its callers
+#: (``step``/``update`` only count on scaler- or optimizer-like objects).
+INTERESTING_ATTRS = frozenset(
+    {"backward", "manual_backward", "scale", "unscale_", "zero_grad", "clip_grad_norm_",
+     "clip_grad_value_"}
+)  # fmt: skip
+
+#: Other method names that make events (casts, checkpoints) without making a callee worth
+#: following from its callers.
+_EVENT_ATTRS = frozenset({"half", "bfloat16", "float", "to", "type", "state_dict"})
+
+
+_SCHEDULERS = re.compile(r"lr_scheduler|swa_utils")
+
+
+def _parse_annotation(text: str) -> ast.expr | None:
+    """The expression of a string annotation (``"torch.amp.GradScaler"``), if it parses."""
+    try:
+        return ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+class FileFacts:
+    """File-wide bindings used to classify calls (see the module docstring)."""
+
+    def __init__(self, tree: ast.Module, walk: Walk) -> None:
+        self.nodes = walk.nodes
+        self.owners = walk.owners
+        #: statement id -> the calls in its own expressions, in evaluation order
+        self.calls = walk.calls
+        self.by_type = walk.by_type
+        imports = self.of_type(ast.Import, ast.ImportFrom)
+        imports.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+        self.imports = Imports(imports)
+        self.constants: dict[str, ast.expr] = {}
+        self.scaler_keys: dict[str, ast.Call | None] = {}
+        self.optimizer_keys: set[str] = set()
+        self.scaled_keys: set[str] = set()
+        self.autocast_vars: dict[str, AutocastInfo] = {}
+        self.assignments: dict[str, list[ast.expr]] = defaultdict(list)
+        self.functions: dict[str, FunctionNode] = {}
+        self.any_scaler_update = False
+        self.any_scaler = False
+        self.scaler_named = False
+        self.tree = tree
+        self._interesting: set[int] | None = None
+        self._eventful: set[int] | None = None
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions[stmt.name] = stmt
+        self._collect_constants()
+        self.resolver = Resolver(self.imports, self.constants)
+        self._collect_bindings()
+
+    def of_type(self, *kinds: type) -> list[ast.AST]:
+        """The nodes of the given ast types (in no particular order)."""
+        return [n for kind in kinds for n in self.by_type.get(kind, ())]
+
+    def _collect_constants(self) -> None:
+        counts: dict[str, int] = defaultdict(int)
+        values: dict[str, ast.expr] = {}
+        for node in self.of_type(
+            ast.Assign,
+            ast.AugAssign,
+            ast.AnnAssign,
+            ast.NamedExpr,
+            ast.For,
+            ast.AsyncFor,
+            ast.comprehension,
+            ast.arg,
+        ):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    for named in ast.walk(target):
+                        if isinstance(named, ast.Name):
+                            counts[named.id] += 1
+                            values[named.id] = node.value
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.NamedExpr)):
+                if isinstance(node.target, ast.Name):
+                    counts[node.target.id] += 1
+                    if node.value is not None:
+                        values[node.target.id] = node.value
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                for bound in ast.walk(node.target):
+                    if isinstance(bound, ast.Name):
+                        counts[bound.id] += 2
+            elif isinstance(node, ast.arg):
+                counts[node.arg] += 2
+        for name, count in counts.items():
+            value = values.get(name)
+            if count == 1 and isinstance(value, (ast.Constant, ast.Attribute, ast.Name)):
+                self.constants[name] = value
+
+    def _collect_bindings(self) -> None:
+        for node in self.of_type(
+            ast.Assign,
+            ast.AnnAssign,
+            ast.With,
+            ast.AsyncWith,
+            ast.AugAssign,
+            ast.Call,
+            ast.arg,
+            ast.Name,
+            ast.Attribute,
+        ):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    self._bind(target, node.value)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        self._bind(item.optional_vars, item.context_expr)
+            elif isinstance(node, ast.AugAssign):
+                key = dotted_key(node.target)
+                if key is not None:
+                    self.assignments[key].append(node)  # type: ignore[arg-type]
+            elif isinstance(node, ast.Call):
+                self._note_call(node)
+            elif isinstance(node, ast.arg) and node.annotation is not None:
+                annotation: ast.expr | None = node.annotation
+                if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+                    annotation = _parse_annotation(annotation.value)
+                if annotation is not None and self.imports.qualname(annotation) in SCALER_APIS:
+                    self.scaler_keys.setdefault(node.arg, None)
+            elif (
+                isinstance(node, ast.Name)
+                and is_scaler_name(node.id)
+                or isinstance(node, ast.Attribute)
+                and is_scaler_name(node.attr)
+            ):
+                self.scaler_named = True
+
+    def _bind(self, target: ast.expr, value: ast.expr) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self._bind(elt, value)
+            return
+        key = dotted_key(target)
+        if key is None:
+            return
+        self.assignments[key].append(value)
+        ctor = self.resolver.scaler_ctor(value)
+        if ctor is not None:
+            self.scaler_keys[key] = ctor
+            self.any_scaler = True
+        info = self.resolver.find_autocast(value)
+        if info is not None and not info.disabled:
+            self.autocast_vars[key] = info
+        if isinstance(value, ast.Call):
+            qual = self.imports.qualname(value.func) or ""
+            name = value.func.attr if isinstance(value.func, ast.Attribute) else qual
+            if (
+                qual.startswith("torch.optim.") and not _SCHEDULERS.search(qual)
+            ) or "optimizer" in name.lower():
+                self.optimizer_keys.add(key)
+        if self.is_scaled(value):
+            self.scaled_keys.add(key)
+
+    def _note_call(self, call: ast.Call) -> None:
+        func = call.func
+        if self.resolver.scaler_ctor(call) is not None:
+            self.any_scaler = True
+        if not isinstance(func, ast.Attribute):
+            return
+        obj = dotted_key(func.value)
+        if func.attr in ("step", "unscale_") and is_scaler_name(obj) and call.args:
+            arg = dotted_key(call.args[0])
+            if arg is not None:
+                self.optimizer_keys.add(arg)
+        if func.attr == "update" and self.is_scaler(obj):
+            self.any_scaler_update = True
+        if func.attr in ("scale", "unscale_") and self.is_scaler(obj):
+            self.any_scaler = True
+
+    def is_interesting(self, fn: FunctionNode) -> bool:
+        """Whether following a call into ``fn`` can add events (it makes AMP-relevant calls,
+        or calls a function of this file that does)."""
+        if self._interesting is None:
+            self._interesting, self._eventful = self._find_interesting()
+        return id(fn) in self._interesting
+
+    def has_events(self, fn: FunctionNode) -> bool:
+        """Whether a flow of ``fn`` can hold any event (a cheap filter before building it)."""
+        if self._eventful is None:
+            self._interesting, self._eventful = self._find_interesting()
+        return id(fn) in self._eventful
+
+    def _classify(self, call: ast.Call) -> tuple[bool, bool, str]:
+        """``(interesting, event, name)`` of one call: does it feed the rules?"""
+        func = call.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name in INTERESTING_ATTRS or name in CLIP_NAMES:
+            return True, True, name
+        if name in ("step", "update") and isinstance(func, ast.Attribute):
+            obj = dotted_key(func.value)
+            if self.is_scaler(obj) or (name == "step" and self.is_optimizer(obj)):
+                return True, True, name
+        if name in _EVENT_ATTRS and isinstance(func, ast.Attribute):
+            return False, True, name
+        qual = self.imports.qualname(func)
+        if qual is not None and qual.startswith("torch."):
+            if self.resolver.autocast(call) is not None:
+                return True, True, name
+            return False, qual == "torch.save" or qual in SCALER_APIS, name
+        return False, False, name
+
+    def _find_interesting(self) -> tuple[set[int], set[int]]:
+        """Functions worth inlining, and functions whose flow can hold events.
+
+        Every call counts for the function it is written in (``owners``); a function that
+        calls an interesting function (by name) is interesting too.
+        """
+        direct: set[int] = set()
+        eventful: set[int] = set()
+        callers: dict[str, set[int]] = defaultdict(set)
+        by_id: dict[int, FunctionNode] = {}
+        for node, fn in zip(self.nodes, self.owners, strict=True):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                by_id[id(node)] = node
+            if fn is None:
+                continue
+            owner = id(fn)
+            if isinstance(node, ast.Call):
+                follows, event, name = self._classify(node)
+                if follows:
+                    direct.add(owner)
+                if event:
+                    eventful.add(owner)
+                callers[name].add(owner)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                eventful.add(owner)
+        interesting = set(direct)
+        queue = [by_id[i] for i in direct]
+        while queue:
+            callee = queue.pop()
+            for caller in callers.get(callee.name, ()):
+                if caller not in interesting:
+                    interesting.add(caller)
+                    queue.append(by_id[caller])
+        return interesting, eventful | interesting
+
+    def is_scaler(self, key: str | None) -> bool:
+        """Whether ``key`` holds a GradScaler (constructed here, or named like one)."""
+        return key is not None and (key in self.scaler_keys or is_scaler_name(key))
+
+    def is_optimizer(self, key: str | None) -> bool:
+        """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
+        return key is not None and (key in self.optimizer_keys or is_optimizer_name(key))
+
+    def is_scaled_call(self, node: ast.expr) -> bool:
+        """Whether ``node`` contains a ``scaler.scale(...)`` call."""
+        for sub in ast.walk(node):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr == "scale"
+                and self.is_scaler(dotted_key(sub.func.value))
+            ):
+                return True
+        return False
+
+    def is_scaled(self, node: ast.expr) -> bool:
+        """Whether ``node`` is (or holds) a loss multiplied by a scaler: ``scaler.scale(loss)``."""
+        key = dotted_key(node)
+        if key is not None and key in self.scaled_keys:
+            return True
+        for sub in ast.walk(node):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr == "scale"
+                and self.is_scaler(dotted_key(sub.func.value))
+            ):
+                return True
+        return False

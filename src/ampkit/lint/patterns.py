@@ -1,0 +1,119 @@
+"""Pure recognisers of statement and call shapes that the flow builder asks about."""
+
+from __future__ import annotations
+
+import ast
+
+from ampkit.lint.events import modulo_divisor
+from ampkit.lint.names import dotted_key
+
+__all__ = [
+    "RESCALE_OPS",
+    "bound_keys",
+    "cast_receiver",
+    "continue_guard",
+    "is_grad_key",
+    "loaded_keys",
+    "rescales_grads",
+    "runs_once",
+    "scaled_operand",
+    "terminates",
+    "uses_get_scale",
+]
+
+_LEAVE = (ast.Continue, ast.Break, ast.Return, ast.Raise)
+RESCALE_OPS = (ast.Div, ast.Mult)
+
+
+def terminates(stmts: list[ast.stmt]) -> bool:
+    """Whether a block ends by leaving (``continue``, ``break``, ``return``, ``raise``)."""
+    return bool(stmts) and isinstance(stmts[-1], _LEAVE)
+
+
+def runs_once(body: list[ast.stmt]) -> bool:
+    """Whether a loop body always leaves at its end (``while True: ... return``): a retry
+    loop that repeats only through ``continue``, not an iteration over data."""
+    return bool(body) and isinstance(body[-1], (ast.Return, ast.Break, ast.Raise))
+
+
+def continue_guard(stmt: ast.stmt) -> str | None:
+    """``n`` when ``stmt`` is ``if (i + 1) % n != 0: continue``."""
+    if (
+        isinstance(stmt, ast.If)
+        and not stmt.orelse
+        and stmt.body
+        and isinstance(stmt.body[-1], ast.Continue)
+    ):
+        return modulo_divisor(stmt.test)
+    return None
+
+
+def bound_keys(target: ast.AST) -> list[str]:
+    """The names and attribute chains an assignment target binds."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [k for elt in target.elts for k in bound_keys(elt)]
+    if isinstance(target, ast.Starred):
+        return bound_keys(target.value)
+    key = dotted_key(target)
+    return [key] if key is not None else []
+
+
+def loaded_keys(stmts: list[ast.stmt]) -> frozenset[str]:
+    """Every name and attribute chain read in a block (what an autocast region uses)."""
+    found: set[str] = set()
+    for stmt in stmts:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.Name, ast.Attribute)):
+                key = dotted_key(node)
+                if key is not None:
+                    found.add(key)
+    return frozenset(found)
+
+
+def is_grad_key(key: str | None) -> bool:
+    return key is not None and "grad" in key.split(".")
+
+
+def rescales_grads(call: ast.Call) -> bool:
+    """``p.grad.div_(n)``, ``optimizer.multiply_grads(c)``, ``scale_grads(...)`` and alike."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name in ("div_", "mul_") and isinstance(func, ast.Attribute):
+        return is_grad_key(dotted_key(func.value))
+    lowered = name.lower()
+    return "grad" in lowered and any(w in lowered for w in ("mul", "div", "scale_", "rescale"))
+
+
+def cast_receiver(func: ast.expr) -> ast.Call | None:
+    """The call a ``.float()`` is applied to, when that call is itself a cast."""
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call):
+        inner = func.value.func
+        if isinstance(inner, ast.Attribute) and inner.attr in ("half", "bfloat16", "to", "type"):
+            return func.value
+    return None
+
+
+def uses_get_scale(call: ast.Call) -> bool:
+    """Whether a clip call's arguments use ``scaler.get_scale()`` (clipping at a scaled norm)."""
+    for arg in [*call.args, *(kw.value for kw in call.keywords)]:
+        for node in ast.walk(arg):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get_scale", "_get_scale_async")
+            ):
+                return True
+    return False
+
+
+def scaled_operand(node: ast.expr) -> ast.expr:
+    """The loss inside ``scaler.scale(loss)`` (or the variable holding a scaled loss)."""
+    for sub in ast.walk(node):
+        if (
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "scale"
+            and sub.args
+        ):
+            return sub.args[0]
+    return node

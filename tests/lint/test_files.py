@@ -1,0 +1,132 @@
+"""Only regular files are read; ``--fix`` writes atomically and never leaves the tree."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from click.testing import CliRunner
+
+from ampkit.cli import main
+from ampkit.lint import check_paths
+from ampkit.lint.discovery import NotRegularFileError, discover, read_source
+from ampkit.lint.fix import fix_file
+
+DEPRECATED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+FIXED = 'import torch\nscaler = torch.amp.GradScaler("cuda")\n'
+
+T = TypeVar("T")
+needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["lint", *args])
+    return result.exit_code, result.output
+
+
+def _with_deadline(func: Callable[[], T], seconds: float = 20.0) -> T:
+    """Run ``func`` in a thread; fail instead of hanging when it blocks on a FIFO."""
+    result: list[T] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(func())
+        except BaseException as exc:  # re-raised in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "linting blocked (a non-regular file was read)"
+    if errors:
+        raise errors[0]
+    return result[0]
+
+
+@needs_fifo
+def test_fifo_in_a_folder_is_skipped_with_a_note(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "x.py")
+    (tmp_path / "real.py").write_text(DEPRECATED, encoding="utf-8")
+    files, skipped = discover([tmp_path])
+    assert [f.path.name for f in files] == ["real.py"]
+    assert [(s.path.name, s.reason) for s in skipped] == [("x.py", "not a regular file (a FIFO)")]
+    code, out = _with_deadline(lambda: run(str(tmp_path)))
+    assert code == 1 and "real.py:2:10: AMP006" in out
+    assert f"note: {tmp_path / 'x.py'}: not linted: not a regular file (a FIFO)" in out
+
+
+@needs_fifo
+def test_named_fifo_is_skipped_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    code, out = _with_deadline(lambda: run(str(fifo), "--fix"))
+    assert code == 0 and "not linted: not a regular file (a FIFO)" in out
+    with pytest.raises(NotRegularFileError):
+        _with_deadline(lambda: read_source(fifo))
+
+
+def test_symlink_to_a_device_and_broken_symlink_are_skipped(tmp_path: Path) -> None:
+    (tmp_path / "zero.py").symlink_to("/dev/zero")
+    (tmp_path / "gone.py").symlink_to(tmp_path / "missing.py")
+    files, skipped = discover([tmp_path])
+    assert files == []
+    assert sorted((s.path.name, s.reason) for s in skipped) == [
+        ("gone.py", "a broken symlink"),
+        ("zero.py", "not a regular file (a character device)"),
+    ]
+    assert _with_deadline(lambda: check_paths([tmp_path])) == []
+
+
+def test_fix_refuses_a_symlink_that_leaves_the_tree(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    tree = tmp_path / "tree"
+    outside.mkdir()
+    tree.mkdir()
+    target = outside / "shared.py"
+    target.write_text(DEPRECATED, encoding="utf-8")
+    (tree / "link.py").symlink_to(target)
+    code, out = run(str(tree), "--fix")
+    assert target.read_text(encoding="utf-8") == DEPRECATED
+    assert (tree / "link.py").is_symlink()
+    assert "not fixed: it is a symlink to" in out and "AMP006" in out and code == 1
+
+
+def test_fix_through_a_symlink_inside_the_tree_keeps_the_link(tmp_path: Path) -> None:
+    real = tmp_path / "real.py"
+    real.write_text(DEPRECATED, encoding="utf-8")
+    (tmp_path / "alias.py").symlink_to(real)
+    assert fix_file(tmp_path / "alias.py", root=tmp_path).count == 1
+    assert (tmp_path / "alias.py").is_symlink()
+    assert real.read_text(encoding="utf-8") == FIXED
+
+
+def test_fix_writes_atomically_and_keeps_the_mode(tmp_path: Path) -> None:
+    target = tmp_path / "train.py"
+    target.write_text(DEPRECATED, encoding="utf-8")
+    target.chmod(0o640)
+    assert fix_file(target).count == 1
+    assert target.read_text(encoding="utf-8") == FIXED
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_failed_write_leaves_the_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "train.py"
+    target.write_text(DEPRECATED, encoding="utf-8")
+
+    def refuse(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        fix_file(target)
+    assert target.read_text(encoding="utf-8") == DEPRECATED
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
