@@ -54,12 +54,17 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 def nonfinite_names(tensors: Mapping[str, torch.Tensor]) -> list[str]:
     """Names of the floating-point tensors holding inf or NaN (a DTensor: this rank's shard).
-    One device synchronisation in all."""
-    names = [k for k, t in tensors.items() if t.is_floating_point() and _local(t).numel()]
-    if not names:
-        return []
-    flags = torch.stack([torch.isfinite(_local(tensors[k])).all().cpu() for k in names])
-    return [name for name, ok in zip(names, flags.tolist(), strict=True) if not ok]
+    One device synchronisation per device."""
+    by_device: dict[torch.device, list[str]] = {}
+    for name, tensor in tensors.items():
+        local = _local(tensor)
+        if local.is_floating_point() and local.numel():
+            by_device.setdefault(local.device, []).append(name)
+    bad: set[str] = set()
+    for names in by_device.values():
+        flags = torch.stack([torch.isfinite(_local(tensors[k])).all() for k in names]).tolist()
+        bad.update(name for name, ok in zip(names, flags, strict=True) if not ok)
+    return [name for name in tensors if name in bad]
 
 
 def refuse_nonfinite(bad: list[str], target: str | Path) -> None:
