@@ -152,3 +152,22 @@ def test_a_dcp_index_that_would_run_code_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match="not a readable DCP index"):
         load_weights(path)
     assert not (tmp_path / "ran").exists()
+
+
+def test_async_checkpoint_is_committed_only_at_the_next_one_or_at_the_end(tmp_path):
+    from ampkit import Callback
+    from ampkit.trainer.checkpoint_folder import find_checkpoints
+
+    seen = {}
+
+    class Look(Callback):
+        def on_step_end(self, trainer, result):
+            if trainer.step == 5:  # step 3's write was started, nothing committed it yet
+                ckpt = tmp_path / "async" / "ckpt"
+                seen["complete"] = [c.step for c in find_checkpoints(ckpt)]
+                seen["pending"] = sorted(p.name.split(".")[0] for p in ckpt.glob("*.tmp-*"))
+
+    notes = run(tmp_path, "async", batch_size=2 * BATCH, async_checkpoint=True, callbacks=[Look()])
+    assert seen == {"complete": [], "pending": ["step-00000003"]}, notes
+    assert [c.step for c in find_checkpoints(tmp_path / "async" / "ckpt")] == [3, 6]
+    assert list((tmp_path / "async" / "ckpt").glob("*.tmp-*")) == []

@@ -448,7 +448,8 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, list[CheckpointError]]:
             named).
     """
     given = Path(path)
-    if given.is_dir() and ((given / _MANIFEST).exists() or (given / _MARKER).exists()):
+    named = _NAME.match(given.name) is not None
+    if given.is_dir() and (named or (given / _MANIFEST).exists() or (given / _MARKER).exists()):
         verify_checkpoint(given)
         return given, []
     if not given.is_dir():

@@ -226,6 +226,7 @@ class Trainer:
         self.checkpoint_layout, self.async_checkpoint = checkpoint_layout, async_checkpoint
         self._writer: CheckpointWriter | None = None
         self._resharded = False
+        self._in_loop = False
         self.compile, self.compile_mode = compile, compile_mode
         self.channels_last, self.cudnn_benchmark = channels_last, cudnn_benchmark
         self.callbacks: list[Callback] = [
@@ -401,6 +402,7 @@ class Trainer:
                 callback.on_exception(self, error)
             raise
         finally:
+            self._in_loop = False
             for callback in self.callbacks:
                 callback.close()
             torch.backends.cudnn.benchmark = saved_bench
@@ -416,6 +418,7 @@ class Trainer:
             tokens_per_sample=self.tokens_per_sample,
         )
         batches = self._batches(train_data) if self.state.step < self.max_steps else ()
+        self._in_loop = True
         for batch in batches:
             batch = to_device(batch, self.device, self.channels_last)
             with self.mp.accumulate(self.model):
@@ -432,6 +435,7 @@ class Trainer:
             self._after_step(result, meter, done)
             if done:
                 break
+        self._in_loop = False
         if self._writer is not None:  # commit an asynchronous checkpoint still being written
             self._committed(self._writer.finish(parts))
         return self._result(meter)
@@ -489,6 +493,8 @@ class Trainer:
         if self._writer is None or self._writer.last_step == self.state.step:
             return None
         committed = self._writer.save(parts)
+        if not self._in_loop:  # called after fit: nothing later would commit an async write
+            committed += self._writer.finish(parts)
         self._committed(committed)
         if self.dist.distributed:
             dist.barrier()
