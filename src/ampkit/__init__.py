@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from ampkit.errors import ExportError as ExportError
     from ampkit.errors import NonFiniteError as NonFiniteError
     from ampkit.errors import NonFiniteTrainingError as NonFiniteTrainingError
+    from ampkit.errors import NonFiniteWeightsError as NonFiniteWeightsError
     from ampkit.errors import ParityError as ParityError
     from ampkit.errors import PrecisionWarning as PrecisionWarning
     from ampkit.errors import ScalerStateError as ScalerStateError
@@ -78,6 +79,7 @@ _EXPORTS: dict[str, str] = {
     "ExportError": "ampkit.errors",
     "NonFiniteError": "ampkit.errors",
     "NonFiniteTrainingError": "ampkit.errors",
+    "NonFiniteWeightsError": "ampkit.errors",
     "ParityError": "ampkit.errors",
     "PrecisionWarning": "ampkit.errors",
     "ScalerStateError": "ampkit.errors",
@@ -130,6 +132,7 @@ __all__ = [
     "NonFiniteError",
     "NonFiniteProbe",
     "NonFiniteTrainingError",
+    "NonFiniteWeightsError",
     "NumericsFinding",
     "NumberFormat",
     "NumericsReport",

@@ -8,6 +8,7 @@ rename itself survives a power cut. On any error the temporary file is removed.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "fsync_dir", "json_safe", "write_json"]
+__all__ = ["atomic_write", "fsync_dir", "is_disk_full", "json_safe", "write_json"]
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -63,6 +64,32 @@ def atomic_write(
         raise
     fsync_dir(target.parent)
     return target
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error that caused it, is a full disk or an exhausted quota.
+
+    Follows ``__cause__``/``__context__`` and the per-rank ``failures`` that
+    ``torch.distributed.checkpoint`` collects, so a write error wrapped by a library counts.
+    """
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, OSError) and item.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(item):
+            return True
+        stack.extend(e for e in (item.__cause__, item.__context__) if e is not None)
+        failures = getattr(item, "failures", None)
+        for failure in failures.values() if isinstance(failures, dict) else ():
+            error = failure[0] if isinstance(failure, tuple) and failure else failure
+            if isinstance(error, BaseException):
+                stack.append(error)
+    return False
 
 
 def json_safe(value: Any) -> Any:

@@ -17,6 +17,7 @@ __all__ = [
     "MissingDependencyError",
     "NonFiniteError",
     "NonFiniteTrainingError",
+    "NonFiniteWeightsError",
     "ParityError",
     "PrecisionWarning",
     "ScalerStateError",
@@ -52,6 +53,11 @@ class DataError(AmpkitError, ValueError):
 
 class CheckpointError(AmpkitError, RuntimeError):
     """A checkpoint is missing, incomplete, corrupt or does not fit the model."""
+
+
+class NonFiniteWeightsError(CheckpointError):
+    """Weights about to be saved (a checkpoint, the final weights) hold inf/NaN; nothing was
+    written, so the newest checkpoint on disk stays a finite one."""
 
 
 class ScalerStateError(AmpkitError, RuntimeError):

@@ -1,6 +1,7 @@
 """A training run that can kill itself with SIGKILL at a chosen moment (used by the tests).
 
     python resume_worker.py CKPT_DIR OUT_FILE [--kill between|during-write|before-rename]
+        [--layout full|sharded]
 
 Trains a small MLP for 12 steps with a checkpoint every 3 and ``resume="auto"``, then writes
 the final weights to OUT_FILE. The kill modes patch nothing in ampkit's logic: they wrap the
@@ -61,8 +62,9 @@ def install_kill(mode: str) -> list[ampkit.Callback]:
 
 
 def main() -> None:
-    ckpt_dir, out_file = sys.argv[1], sys.argv[2]
-    mode = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--kill" else ""
+    ckpt_dir, out_file, options = sys.argv[1], sys.argv[2], sys.argv[3:]
+    mode = options[options.index("--kill") + 1] if "--kill" in options else ""
+    layout = options[options.index("--layout") + 1] if "--layout" in options else "auto"
     callbacks = install_kill(mode)
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -86,6 +88,7 @@ def main() -> None:
         checkpoint_dir=ckpt_dir,
         checkpoint_every=3,
         resume="auto",
+        checkpoint_layout=layout,
         callbacks=callbacks,
         log_every=1,
     )

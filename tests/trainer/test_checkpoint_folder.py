@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import subprocess
 
 import pytest
 import torch
 
 from ampkit import CheckpointError
+from ampkit.errors import NonFiniteWeightsError
 from ampkit.trainer.checkpoint_folder import (
     find_checkpoints,
     latest_valid_checkpoint,
@@ -16,6 +20,7 @@ from ampkit.trainer.checkpoint_folder import (
     save_checkpoint,
     verify_checkpoint,
 )
+from ampkit.trainer.weights import save_weights
 
 
 def write(folder, step: int):
@@ -130,3 +135,179 @@ def test_damaged_checkpoint_of_same_step_is_kept_aside_not_overwritten(tmp_path)
     kept = [p.name for p in tmp_path.iterdir() if ".corrupt-" in p.name]
     assert len(kept) == 1 and (tmp_path / kept[0] / "state.pt").read_bytes() == b"damaged"
     load_checkpoint(tmp_path / "step-00000005")
+
+
+# -- manifest robustness -------------------------------------------------------------------------
+
+
+def rewrite_manifest(path, change) -> None:
+    manifest = json.loads((path / "manifest.json").read_text())
+    (path / "manifest.json").write_text(json.dumps(change(manifest)))
+
+
+def _drop_bytes(m):
+    del m["files"]["state.pt"]["bytes"]
+    return m
+
+
+def _bytes_as_text(m):
+    m["files"]["state.pt"]["bytes"] = str(m["files"]["state.pt"]["bytes"])
+    return m
+
+
+def _files_as_list(m):
+    m["files"] = list(m["files"])
+    return m
+
+
+def _entry_as_list(m):
+    m["files"]["model.safetensors"] = ["sha256", 1]
+    return m
+
+
+def _sha_as_number(m):
+    m["files"]["model.safetensors"]["sha256"] = 12345
+    return m
+
+
+def _other_step(m):
+    m["step"] = 7
+    return m
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda m: [m],
+        lambda m: "manifest",
+        _files_as_list,
+        _entry_as_list,
+        _drop_bytes,
+        _bytes_as_text,
+        _sha_as_number,
+        _other_step,
+        lambda m: {**m, "format": 99},
+        lambda m: {**m, "layout": "zip"},
+        lambda m: {**m, "aliases": ["lm_head.weight"]},
+    ],
+    ids=[
+        "list",
+        "string",
+        "files-list",
+        "entry-list",
+        "no-bytes",
+        "bytes-text",
+        "sha-number",
+        "other-step",
+        "format",
+        "layout",
+        "aliases",
+    ],
+)
+def test_malformed_manifest_is_damaged_and_auto_falls_back(tmp_path, change):
+    write(tmp_path, 1)
+    newest = write(tmp_path, 2)
+    rewrite_manifest(newest, change)
+    with pytest.raises(CheckpointError, match=r"manifest\.json is damaged"):
+        verify_checkpoint(newest)
+    info, problems = latest_valid_checkpoint(tmp_path)
+    assert info.step == 1 and "step-00000002" in str(problems[0])
+
+
+@pytest.mark.parametrize("files", [{}, {"state.pt": None}], ids=["no-files", "only-state"])
+def test_manifest_without_the_weights_file_is_refused(tmp_path, files):
+    older = write(tmp_path, 1)
+    newest = write(tmp_path, 2)
+    (newest / "model.safetensors").write_bytes((older / "model.safetensors").read_bytes())
+
+    def shrink(m):
+        m["files"] = {k: m["files"][k] for k in files}
+        return m
+
+    rewrite_manifest(newest, shrink)
+    with pytest.raises(CheckpointError, match="full checkpoint holds exactly"):
+        load_checkpoint(newest)
+    assert latest_valid_checkpoint(tmp_path)[0].step == 1
+
+
+def test_unsafe_state_error_never_suggests_weights_only_false(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (print, ("executed!",))
+
+    path = save_checkpoint(tmp_path, 1, {"w": torch.ones(1)}, {"x": Evil()})
+    with pytest.raises(CheckpointError) as caught:
+        load_checkpoint(path)
+    message = str(caught.value)
+    assert "refers to print" in message and "never runs code" in message
+    assert "weights_only" not in message and "likely succeed" not in message
+
+
+def test_a_file_is_not_called_missing(tmp_path):
+    file = tmp_path / "model.pt"
+    file.write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="is a file, not a checkpoint folder"):
+        verify_checkpoint(file)
+
+
+# -- tied weights, non-finite weights, failed writes ----------------------------------------------
+
+
+def test_tied_weights_are_stored_once_and_tied_again_on_load(tmp_path):
+    shared = torch.randn(5, 3)
+    path = save_checkpoint(tmp_path, 1, {"wte": shared, "lm_head": shared, "b": torch.ones(3)}, {})
+    weights, _, manifest = load_checkpoint(path)
+    assert manifest["aliases"] == {"lm_head": "wte"}
+    assert weights["lm_head"] is weights["wte"] and torch.equal(weights["wte"], shared)
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan])
+def test_nonfinite_weights_are_refused_and_nothing_is_written(tmp_path, bad):
+    weights = {"w": torch.ones(4), "v": torch.tensor([1.0, bad])}
+    with pytest.raises(NonFiniteWeightsError, match=r"\(v\)"):
+        save_checkpoint(tmp_path, 1, weights, {})
+    with pytest.raises(NonFiniteWeightsError):
+        save_weights(tmp_path / "final.safetensors", weights)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_write_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    import ampkit.trainer.checkpoint_folder as folder
+
+    real = folder.atomic_write
+
+    def failing(path, data):
+        if path.name == "state.pt":
+            raise OSError(errno.EIO, "I/O error")
+        return real(path, data)
+
+    monkeypatch.setattr(folder, "atomic_write", failing)
+    with pytest.raises(OSError):
+        write(tmp_path, 1)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(disk)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.decode().strip()}")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_disk_full_is_one_clear_error_and_removes_the_temporary_folder(tiny_disk):
+    weights = {"w": torch.zeros(128 * 1024)}  # 512 KiB on a 256 KiB disk
+    with pytest.raises(CheckpointError, match="the disk is full") as caught:
+        save_checkpoint(tiny_disk / "ckpt", 1, weights, {})
+    assert "\n" not in str(caught.value)
+    assert list((tiny_disk / "ckpt").iterdir()) == []
+    with pytest.raises(CheckpointError, match="the disk is full"):
+        save_weights(tiny_disk / "final.safetensors", weights)
+    assert sorted(p.name for p in tiny_disk.iterdir()) == ["ckpt"]

@@ -42,11 +42,13 @@ def main() -> None:
       ampkit doctor                     # which layers break fp16, and what to train in
       ampkit bench                      # is mixed precision faster for this model here? measured
       ampkit export --checkpoint runs/a --out gpt.onnx   # fp16 ONNX, checked against fp32
+      ampkit checkpoint export runs/a --out model.safetensors   # checkpoint -> one fp32 file
     """
 
 
 def _register() -> None:
     from ampkit.cli.bench_cmd import bench
+    from ampkit.cli.checkpoint_cmd import checkpoint
     from ampkit.cli.doctor_cmd import doctor
     from ampkit.cli.export_cmd import export
     from ampkit.cli.formats_cmd import formats
@@ -59,6 +61,7 @@ def _register() -> None:
     main.add_command(doctor)
     main.add_command(bench)
     main.add_command(export)
+    main.add_command(checkpoint)
 
 
 _register()

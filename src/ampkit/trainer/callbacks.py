@@ -39,12 +39,14 @@ class TrainerView(Protocol):
         raw_model: the model as the user passed it (not wrapped by DDP/FSDP/compile).
         max_steps: the optimizer step training stops at.
         resumed_from: the checkpoint this run resumed from, or None for a fresh run.
+        resume: what the user asked for: ``"auto"``, a checkpoint path, or None.
     """
 
     mp: MixedPrecision
     raw_model: nn.Module
     max_steps: int
     resumed_from: Path | None
+    resume: str | Path | None
 
     @property
     def step(self) -> int:
@@ -105,10 +107,19 @@ class MetricsFile(Callback):
             return
         if trainer.resumed_from is None:
             if self.path.exists() and self.path.stat().st_size:
+                if trainer.resume is None:
+                    fix = (
+                        "Resume that run (resume='auto', --resume auto) or write to another folder."
+                    )
+                else:  # asked to resume, but there was no valid checkpoint to resume from
+                    fix = (
+                        f"This run was asked to resume (resume={str(trainer.resume)!r}) but found "
+                        "no valid checkpoint, so it starts fresh. Move the file away to start "
+                        "over, or write to another folder."
+                    )
                 raise ConfigurationError(
                     f"metrics: {self.path} already holds a run's metrics and would be "
-                    "overwritten. Resume that run (resume='auto', --resume auto) or write to "
-                    "another folder."
+                    f"overwritten. {fix}"
                 )
         elif self.path.exists():
             kept = [

@@ -1,16 +1,20 @@
 """What a Trainer checkpoint holds, and how it is taken from and put back into the training parts.
 
-The folder format (atomic write, manifest, verification) is :mod:`ampkit.trainer.checkpoint_folder`;
-this module decides the contents:
+The folder format (atomic write, manifest, verification) is :mod:`ampkit.trainer.checkpoint_folder`
+and the sharded writer/reader :mod:`ampkit.trainer.sharded`; this module decides the contents:
 
-* weights: the unwrapped model's full state dict in fp32 (FSDP2: gathered to rank 0);
-* :data:`OPTIMIZER`, :data:`SCHEDULER`: their state dicts (FSDP2: full, gathered);
-* :data:`ENGINE`: :meth:`MixedPrecision.state_dict` (precision, loss-scaler state, counters);
-* :data:`TRAINER`: :meth:`TrainerState.state_dict` (step, epoch, micro-batches in the epoch);
-* :data:`RNG`: Python/NumPy/torch(/CUDA) RNG states of every rank.
+* weights: the model's weights in fp32. ``full`` layout: the unwrapped model's full state dict
+  (FSDP2: gathered to rank 0); ``sharded`` layout: each rank's shards, written by DCP;
+* :data:`OPTIMIZER`: the optimizer's state (full layout: in ``state.pt``, FSDP2: gathered;
+  sharded layout: beside the weights in DCP's files, keyed by parameter name);
+* :data:`SCHEDULER`, :data:`ENGINE` (:meth:`MixedPrecision.state_dict`), :data:`TRAINER`
+  (:meth:`TrainerState.state_dict`), :data:`RNG` (Python/NumPy/torch(/CUDA) RNG states of every
+  rank) and :data:`DATA` (the data position in samples, so a resume on another number of
+  processes can recompute it).
 
-Both directions work on a :class:`TrainingParts`, built once by the Trainer's set-up, so this
-module never sees the Trainer itself.
+Saving is :class:`~ampkit.trainer.checkpoint_writer.CheckpointWriter` (collective under
+torchrun), loading :func:`restore`; both work on a :class:`TrainingParts`, built once by the Trainer's set-up, so this module never sees
+the Trainer itself. Resharding (a resume on another world size) is in :mod:`ampkit.trainer.reshard`.
 """
 
 from __future__ import annotations
@@ -27,28 +31,36 @@ from torch import nn
 from ampkit.engine import MixedPrecision
 from ampkit.errors import CheckpointError, ConfigurationError
 from ampkit.trainer import checkpoint_folder as folder
+from ampkit.trainer import sharded
 from ampkit.trainer.distributed import DistContext
+from ampkit.trainer.reshard import data_position, reshard_counters
 from ampkit.trainer.rng import get_rng_state, set_rng_state
 from ampkit.trainer.state import TrainerState
 
 __all__ = [
+    "DATA",
     "ENGINE",
     "OPTIMIZER",
     "RNG",
     "SCHEDULER",
     "STATE_KEYS",
     "TRAINER",
+    "Restored",
     "TrainingParts",
     "find_resume_checkpoint",
     "full_weights",
+    "manifest_metadata",
     "restore",
+    "small_state",
     "snapshot",
 ]
 
 log = logging.getLogger("ampkit")
 
 OPTIMIZER, SCHEDULER, ENGINE, TRAINER, RNG = "optimizer", "scheduler", "engine", "trainer", "rng"
-#: The keys of ``state.pt``, in the order they are written.
+DATA = "data"
+#: The keys ``state.pt`` of a full checkpoint must hold, in the order they are written
+#: (:data:`DATA` too since format 2; a sharded checkpoint keeps the optimizer in DCP's files).
 STATE_KEYS = (OPTIMIZER, SCHEDULER, ENGINE, TRAINER, RNG)
 
 
@@ -65,6 +77,9 @@ class TrainingParts:
         counters: the loop counters.
         dist: where this process sits in the job.
         sharded: the model is sharded with FSDP2 (state dicts are gathered collectively).
+        batch_size: samples per micro-batch per process when the Trainer builds the loader
+            (None otherwise); with the world size it turns the data position into samples.
+        seed: the run's seed; re-seeds the RNG of a rank whose state cannot carry over.
     """
 
     model: nn.Module
@@ -74,6 +89,8 @@ class TrainingParts:
     counters: TrainerState
     dist: DistContext
     sharded: bool = False
+    batch_size: int | None = None
+    seed: int = 0
 
 
 def _full_options(**kwargs: Any) -> Any:
@@ -94,8 +111,34 @@ def full_weights(parts: TrainingParts) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in weights.items()}
 
 
+def small_state(parts: TrainingParts) -> dict[str, Any]:
+    """Scheduler, engine, counters, data position and every rank's RNG. Collective."""
+    rng = [get_rng_state()]
+    if parts.dist.distributed:
+        rng = [None] * parts.dist.world_size
+        dist.all_gather_object(rng, get_rng_state())
+    return {
+        SCHEDULER: parts.scheduler.state_dict() if parts.scheduler is not None else None,
+        ENGINE: parts.engine.state_dict(),
+        TRAINER: parts.counters.state_dict(),
+        RNG: rng,
+        DATA: data_position(parts.counters, parts.engine, parts.batch_size, parts.dist.world_size),
+    }
+
+
+def manifest_metadata(parts: TrainingParts, state: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's facts about the run (precision, world size, strategy, data position)."""
+    return {
+        "precision": parts.engine.policy.precision,
+        "world_size": parts.dist.world_size,
+        "strategy": "fsdp" if parts.sharded else "replicated",
+        "batch_size": parts.batch_size,
+        "samples_consumed": state[DATA]["samples_consumed"],
+    }
+
+
 def snapshot(parts: TrainingParts) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict]:
-    """Take ``(weights, state, manifest metadata)``. Collective under torchrun."""
+    """Take a full-layout ``(weights, state, manifest metadata)``. Collective under torchrun."""
     weights = full_weights(parts)
     if parts.sharded:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
@@ -105,28 +148,23 @@ def snapshot(parts: TrainingParts) -> tuple[dict[str, torch.Tensor], dict[str, A
         )
     else:
         optim = parts.optimizer.state_dict()
-    rng = [get_rng_state()]
-    if parts.dist.distributed:
-        rng = [None] * parts.dist.world_size
-        dist.all_gather_object(rng, get_rng_state())
-    state = {
-        OPTIMIZER: optim,
-        SCHEDULER: parts.scheduler.state_dict() if parts.scheduler is not None else None,
-        ENGINE: parts.engine.state_dict(),
-        TRAINER: parts.counters.state_dict(),
-        RNG: rng,
-    }
-    metadata = {
-        "precision": parts.engine.policy.precision,
-        "world_size": parts.dist.world_size,
-        "strategy": "fsdp" if parts.sharded else "replicated",
-    }
-    return weights, state, metadata
+    state = {OPTIMIZER: optim, **small_state(parts)}
+    return weights, state, manifest_metadata(parts, state)
 
 
-def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], path: Path) -> None:
+# -- reading -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What :func:`restore` did: the checkpoint's world size, and notes for ``FitResult``."""
+
+    saved_world_size: int
+    notes: list[str]
+
+
+def _check_shapes(model: nn.Module, found: dict[str, tuple[int, ...]], path: Path) -> None:
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in weights.items()}
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
     wrong = sorted(k for k in set(expected) & set(found) if expected[k] != found[k])
@@ -142,29 +180,19 @@ def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], path: Path
         )
 
 
-def restore(parts: TrainingParts, path: Path) -> None:
-    """Load a verified checkpoint into the parts, before any training step.
+def _load_full(parts: TrainingParts, path: Path, manifest: dict, state: dict) -> None:
+    from ampkit.trainer.weights import read_weights_file
 
-    Raises:
-        CheckpointError: the checkpoint is corrupt, from another model shape, another world
-            size (the data position would not line up) or another precision.
-    """
-    weights, state, manifest = folder.load_checkpoint(path)
-    saved_world = manifest.get("world_size", 1)
-    if saved_world != parts.dist.world_size:
+    saved_strategy = manifest.get("strategy", "replicated")
+    strategy = "fsdp" if parts.sharded else "replicated"
+    if saved_strategy != strategy:
         raise CheckpointError(
-            f"resume: {path} was written by {saved_world} processes but this run has "
-            f"{parts.dist.world_size}; the data position and RNG states would not line up. "
-            f"Resume with {saved_world} processes."
+            f"resume: {path} holds a full {saved_strategy} optimizer state, which does not "
+            f"load into a {strategy} run. Resume with the strategy it was written with; "
+            "sharded checkpoints (checkpoint_layout='sharded') load into either."
         )
-    missing = [key for key in STATE_KEYS if key not in state]
-    if missing:
-        raise CheckpointError(
-            f"resume: {path} lacks {', '.join(missing)} in its state. It was not written by "
-            "ampkit's Trainer; resume from another checkpoint."
-        )
-    _check_shapes(parts.model, weights, path)
-    parts.engine.load_state_dict(state[ENGINE])
+    weights = read_weights_file(path / "model.safetensors", manifest.get("aliases", {}))
+    _check_shapes(parts.model, {k: tuple(v.shape) for k, v in weights.items()}, path)
     if parts.sharded:
         from torch.distributed.checkpoint.state_dict import (
             set_model_state_dict,
@@ -180,10 +208,60 @@ def restore(parts: TrainingParts, path: Path) -> None:
             for name, tensor in parts.model.state_dict().items():
                 tensor.copy_(weights[name])
         parts.optimizer.load_state_dict(state[OPTIMIZER])
+
+
+def restore(parts: TrainingParts, path: Path) -> Restored:
+    """Load a checkpoint into the parts, before any training step; verify it first.
+
+    A checkpoint from another number of processes is resharded: the data position is
+    recomputed from the samples consumed and the RNG of a rank without a saved state is
+    re-seeded from ``(seed, step, rank)``; the notes say so.
+
+    Raises:
+        CheckpointError: the checkpoint is corrupt, from another model shape or another
+            precision; or from another world size when the data position cannot be
+            recomputed (no ``batch_size``, or not a whole number of micro-batches).
+    """
+    path = Path(path)
+    manifest = folder.verify_checkpoint(path)
+    layout = manifest.get("layout", "full")
+    state = folder.load_state(path)
+    required = STATE_KEYS if layout == "full" else STATE_KEYS[1:]
+    missing = [key for key in required if key not in state]
+    if missing:
+        raise CheckpointError(
+            f"resume: {path} lacks {', '.join(missing)} in its state. It was not written by "
+            "ampkit's Trainer; resume from another checkpoint."
+        )
+    saved_world = manifest.get("world_size", 1)
+    if not isinstance(saved_world, int) or saved_world < 1 or len(state[RNG]) != saved_world:
+        raise CheckpointError(
+            f"resume: {path} records world size {saved_world!r} but {len(state[RNG])} RNG "
+            "states; it is damaged. Resume from another checkpoint."
+        )
+    parts.engine.load_state_dict(state[ENGINE])
+    if layout == "full":
+        _load_full(parts, path, manifest, state)
+    else:
+        _check_shapes(parts.model, sharded.checkpoint_shapes(path / folder.SHARDS), path)
+        sharded.load_into(parts.model, parts.optimizer, path / folder.SHARDS)
     if parts.scheduler is not None and state[SCHEDULER] is not None:
         parts.scheduler.load_state_dict(state[SCHEDULER])
     parts.counters.load_state_dict(state[TRAINER])
-    set_rng_state(state[RNG][parts.dist.rank])
+    if saved_world == parts.dist.world_size:
+        set_rng_state(state[RNG][parts.dist.rank])
+        return Restored(saved_world, [])
+    notes = reshard_counters(
+        parts.counters,
+        state.get(DATA),
+        state[RNG],
+        path=path,
+        batch_size=parts.batch_size,
+        rank=parts.dist.rank,
+        world_size=parts.dist.world_size,
+        seed=parts.seed,
+    )
+    return Restored(saved_world, notes)
 
 
 def find_resume_checkpoint(
@@ -204,8 +282,9 @@ def find_resume_checkpoint(
         if existing:
             raise ConfigurationError(
                 f"checkpoint_dir: {checkpoint_dir} already holds checkpoints (newest: step "
-                f"{existing[-1].step}); a fresh run would mix with them. Pass resume='auto' "
-                "(--resume auto) to continue, or use another folder."
+                f"{existing[-1].step}) and this run was not asked to resume (resume=None), so "
+                "it would mix with them. Pass resume='auto' (--resume auto) to continue, or "
+                "use another folder."
             )
         return None, notes
     if resume != "auto":

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["get_rng_state", "set_rng_state"]
+__all__ = ["get_rng_state", "reseed", "set_rng_state"]
 
 
 def get_rng_state() -> dict[str, Any]:
@@ -38,3 +38,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def reseed(seed: int, step: int, rank: int) -> int:
+    """Seed Python, NumPy and torch (CUDA included) from ``(seed, step, rank)``, for a rank
+    whose saved RNG state cannot carry over (a resume on more processes); return the seed."""
+    import hashlib
+
+    digest = hashlib.sha256(f"ampkit-rng:{seed}:{step}:{rank}".encode()).digest()
+    derived = int.from_bytes(digest[:8], "little") >> 1
+    random.seed(derived)
+    np.random.seed(derived % 2**32)
+    torch.manual_seed(derived)
+    return derived

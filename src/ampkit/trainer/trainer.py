@@ -28,7 +28,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ampkit._files import atomic_write
 from ampkit._tree import to_device
 from ampkit.engine import MixedPrecision, StepResult
 from ampkit.errors import CheckpointError, ConfigurationError
@@ -40,9 +39,8 @@ from ampkit.trainer.checkpoint import (
     find_resume_checkpoint,
     full_weights,
     restore,
-    snapshot,
 )
-from ampkit.trainer.checkpoint_folder import prune_checkpoints, save_checkpoint
+from ampkit.trainer.checkpoint_writer import CheckpointWriter
 from ampkit.trainer.data import batch_loss, batch_size_of, build_loader
 from ampkit.trainer.distributed import (
     STRATEGIES,
@@ -55,6 +53,7 @@ from ampkit.trainer.distributed import (
 from ampkit.trainer.metrics import Throughput, peak_memory, reset_peak_memory
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
+from ampkit.trainer.weights import save_weights
 
 __all__ = ["FitResult", "Trainer"]
 
@@ -94,6 +93,13 @@ class Trainer:
         keep_last: keep only the newest N checkpoints.
         resume: ``"auto"`` (newest valid checkpoint in ``checkpoint_dir``, else start fresh),
             a checkpoint folder, or None (fresh; refuses a ``checkpoint_dir`` that holds one).
+            A checkpoint from another number of processes is resharded (see docs/trainer.md).
+        checkpoint_layout: ``"full"`` (one fp32 safetensors file, gathered to rank 0),
+            ``"sharded"`` (``torch.distributed.checkpoint``: every rank writes its shards) or
+            ``"auto"`` (sharded under FSDP2 or with ``async_checkpoint``, else full).
+        async_checkpoint: write sharded checkpoints in a background thread while training
+            continues; each is committed (manifest, ``COMPLETE``) at the next checkpoint or
+            at the end of ``fit``, once its files are on disk.
         compile: ``torch.compile`` the model; ``compile_mode`` e.g. ``"reduce-overhead"``.
         channels_last: channels-last memory format for the model and 4-D inputs (conv nets).
         cudnn_benchmark: let cuDNN pick algorithms per shape (restored after ``fit``).
@@ -112,7 +118,7 @@ class Trainer:
     Raises:
         ConfigurationError: an invalid setting, a precision the hardware cannot run, an
             optimizer needing closures under fp16, an optimizer instance with FSDP.
-        CheckpointError: ``resume`` names a checkpoint that does not exist.
+        CheckpointError: ``resume`` names a checkpoint that does not exist, or a file.
     """
 
     def __init__(
@@ -134,6 +140,8 @@ class Trainer:
         checkpoint_every: int | None = None,
         keep_last: int | None = None,
         resume: str | Path | None = None,
+        checkpoint_layout: str = "auto",
+        async_checkpoint: bool = False,
         compile: bool = False,
         compile_mode: str | None = None,
         channels_last: bool = False,
@@ -160,10 +168,26 @@ class Trainer:
                 "Trainer: checkpoint_every, keep_last and resume need checkpoint_dir. "
                 "Pass checkpoint_dir='path/to/checkpoints'."
             )
+        if resume not in (None, "auto") and Path(resume).is_file():
+            raise CheckpointError(
+                f"resume: {resume} is a file, not a checkpoint folder. Pass a step-NNNNNNNN "
+                "folder (e.g. ckpt/step-00000500), or 'auto' to continue from the newest valid "
+                "checkpoint in checkpoint_dir."
+            )
         if resume not in (None, "auto") and not Path(resume).is_dir():
             raise CheckpointError(
                 f"resume: {resume} does not exist. Pass a step-NNNNNNNN folder, or 'auto' to "
                 "continue from the newest valid checkpoint in checkpoint_dir."
+            )
+        if checkpoint_layout not in ("auto", "full", "sharded"):
+            raise ConfigurationError(
+                f"Trainer: checkpoint_layout={checkpoint_layout!r} is unknown. Use 'auto', "
+                "'full' or 'sharded'."
+            )
+        if async_checkpoint and checkpoint_layout == "full":
+            raise ConfigurationError(
+                "Trainer: async_checkpoint=True writes with torch.distributed.checkpoint, "
+                "which needs checkpoint_layout='sharded' (or 'auto'), not 'full'."
             )
         if strategy not in STRATEGIES:
             raise ConfigurationError(
@@ -199,6 +223,10 @@ class Trainer:
         self.num_workers, self.seed, self.strategy = num_workers, seed, strategy
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self.checkpoint_every, self.keep_last, self.resume = checkpoint_every, keep_last, resume
+        self.checkpoint_layout, self.async_checkpoint = checkpoint_layout, async_checkpoint
+        self._writer: CheckpointWriter | None = None
+        self._resharded = False
+        self._in_loop = False
         self.compile, self.compile_mode = compile, compile_mode
         self.channels_last, self.cudnn_benchmark = channels_last, cudnn_benchmark
         self.callbacks: list[Callback] = [
@@ -270,16 +298,31 @@ class Trainer:
             counters=self.state,
             dist=self.dist,
             sharded=self.strategy == "fsdp" and self.dist.distributed,
+            batch_size=self.batch_size,
+            seed=self.seed,
         )
+        if self.checkpoint_dir is not None:
+            layout = self.checkpoint_layout
+            if layout == "auto":
+                layout = "sharded" if self.parts.sharded or self.async_checkpoint else "full"
+            self._writer = CheckpointWriter(
+                self.checkpoint_dir,
+                layout,
+                async_save=self.async_checkpoint,
+                keep_last=self.keep_last,
+            )
 
     def _resume(self) -> None:
         path, notes = find_resume_checkpoint(self.checkpoint_dir, self.resume)
         self.notes.extend(notes)
         if path is not None:
-            restore(self._parts(), path)
+            restored = restore(self._parts(), path)
+            self._resharded = restored.saved_world_size != self.dist.world_size
             self.resumed_from = path
             self.notes.append(f"resumed from {path} at step {self.state.step}")
-            log.info(self.notes[-1])
+            self.notes.extend(restored.notes)
+            for note in self.notes[-1 - len(restored.notes) :]:
+                log.info(note)
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -304,6 +347,13 @@ class Trainer:
                     num_workers=self.num_workers,
                 )
                 skip = 0
+            elif self._resharded:
+                raise ConfigurationError(
+                    "Trainer: this run resumed a checkpoint of another number of processes, so "
+                    "the data position was recomputed for the Trainer's own loader; pass the "
+                    "Dataset (with batch_size) instead of batches, or resume with as many "
+                    "processes as wrote the checkpoint."
+                )
             else:  # an iterable the user built: replay the epoch up to the saved position
                 loader, skip = data, self.state.batch_in_epoch
             fresh_epoch = self.state.batch_in_epoch == 0
@@ -346,10 +396,13 @@ class Trainer:
                 callback.on_fit_end(self, result)
             return result
         except BaseException as error:
+            if self._writer is not None:  # an asynchronous checkpoint still being written
+                self._committed(self._writer.finish_after_error())
             for callback in self.callbacks:
                 callback.on_exception(self, error)
             raise
         finally:
+            self._in_loop = False
             for callback in self.callbacks:
                 callback.close()
             torch.backends.cudnn.benchmark = saved_bench
@@ -365,6 +418,7 @@ class Trainer:
             tokens_per_sample=self.tokens_per_sample,
         )
         batches = self._batches(train_data) if self.state.step < self.max_steps else ()
+        self._in_loop = True
         for batch in batches:
             batch = to_device(batch, self.device, self.channels_last)
             with self.mp.accumulate(self.model):
@@ -381,6 +435,9 @@ class Trainer:
             self._after_step(result, meter, done)
             if done:
                 break
+        self._in_loop = False
+        if self._writer is not None:  # commit an asynchronous checkpoint still being written
+            self._committed(self._writer.finish(parts))
         return self._result(meter)
 
     def _after_step(self, result: StepResult, meter: Throughput, done: bool) -> None:
@@ -426,32 +483,33 @@ class Trainer:
         )
 
     def save_checkpoint(self) -> Path | None:
-        """Write a checkpoint of the current step (collective; rank 0 writes). Skips a step
-        that already has one (e.g. the final step coinciding with ``checkpoint_every``)."""
+        """Write a checkpoint of the current step (collective). Skips a step that already has
+        one (e.g. the final step coinciding with ``checkpoint_every``). Returns the checkpoint
+        committed by this call on rank 0 (with ``async_checkpoint``: the previous one, whose
+        background write is then complete), else None."""
         if self.checkpoint_dir is None:
             raise ConfigurationError("Trainer.save_checkpoint: no checkpoint_dir was given.")
-        if self.saved and self.saved[-1].endswith(f"step-{self.state.step:08d}"):
+        parts = self._parts()
+        if self._writer is None or self._writer.last_step == self.state.step:
             return None
-        weights, state, metadata = snapshot(self._parts())
-        path = None
-        if self.is_main:
-            path = save_checkpoint(self.checkpoint_dir, self.state.step, weights, state, metadata)
-            if self.keep_last:
-                prune_checkpoints(self.checkpoint_dir, self.keep_last)
+        committed = self._writer.save(parts)
+        if not self._in_loop:  # called after fit: nothing later would commit an async write
+            committed += self._writer.finish(parts)
+        self._committed(committed)
+        if self.dist.distributed:
+            dist.barrier()
+        return committed[-1] if committed else None
+
+    def _committed(self, paths: list[Path]) -> None:
+        for path in paths:
             self.saved.append(str(path))
             for callback in self.callbacks:
                 callback.on_checkpoint(self, path)
-        if self.dist.distributed:
-            dist.barrier()
-        return path
 
     def _write_final_weights(self, path: Path) -> None:
-        from safetensors.torch import save
-
         weights = full_weights(self._parts())  # collective under FSDP2: every rank takes part
         if self.is_main:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, save(weights, metadata={"precision": self.mp.policy.precision}))
+            save_weights(path, weights, metadata={"precision": self.mp.policy.precision})
 
     @torch.no_grad()
     def evaluate(self, data: Iterable[Any]) -> float:

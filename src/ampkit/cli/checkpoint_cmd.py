@@ -1,0 +1,49 @@
+"""``ampkit checkpoint``: work with the Trainer's checkpoints offline (no process group)."""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["checkpoint"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def checkpoint() -> None:
+    """Work with Trainer checkpoints (full or sharded) without training.
+
+    \b
+    Examples:
+      ampkit checkpoint export runs/a --out model.safetensors
+      ampkit checkpoint export runs/a/checkpoints/step-00000500 --out model.safetensors
+    """
+
+
+@checkpoint.command()
+@click.argument("run", type=click.Path(file_okay=True, dir_okay=True))
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The safetensors file to write (fp32, written atomically).",
+)
+def export(run: str, out: str) -> None:
+    """Write the model weights of a checkpoint into one fp32 safetensors file.
+
+    RUN is a run folder (the newest valid checkpoint in RUN/checkpoints), a checkpoints folder
+    (its newest valid checkpoint) or one step-NNNNNNNN folder. Sharded checkpoints
+    (torch.distributed.checkpoint, any number of writers) are consolidated in this one
+    process. Every file is verified against the manifest first; a damaged checkpoint is
+    refused by name. Tied weights are stored once (safetensors.torch.load_model ties them).
+    """
+    from ampkit.trainer.checkpoint_folder import load_weights, resolve_checkpoint
+    from ampkit.trainer.weights import save_weights
+
+    path, skipped = resolve_checkpoint(run)
+    for problem in skipped:
+        click.echo(f"ampkit: skipped a damaged checkpoint: {problem}", err=True)
+    weights, aliases = load_weights(path)
+    target = save_weights(out, weights, aliases=aliases)
+    stored = {k: v for k, v in weights.items() if k not in aliases}
+    mib = sum(v.numel() * 4 for v in stored.values()) / 2**20
+    tied = f", {len(aliases)} tied" if aliases else ""
+    click.echo(f"exported {path} -> {target} ({len(stored)} tensors{tied}, {mib:.1f} MiB fp32)")

@@ -1,0 +1,166 @@
+"""Two-process FSDP2 runs with sharded checkpoints, in one torchrun launch (used by the tests).
+
+    torchrun --nproc_per_node=2 sharded_worker.py OUT ONE_PROCESS_CHECKPOINT
+
+Writes into OUT: ``<run>.safetensors`` (final weights) and ``<run>/ckpt`` for the runs
+``straight`` (6 steps, a checkpoint every 3), ``resumed`` (from straight's step 3),
+``async`` (as straight, with ``async_checkpoint=True``), ``from-one`` (from a 1-process
+checkpoint); ``notes.json`` (each run's ``FitResult.notes``) and ``memory.json``
+(rank 0's resident memory while it saves a larger model, sharded and full).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import ampkit
+
+STEPS, EVERY, BATCH = 6, 3, 4  # per process; the 1-process runs use 2 * BATCH
+
+
+class Net(torch.nn.Module):
+    """Blocks in a ModuleList, so FSDP2 shards each block and then the root."""
+
+    def __init__(self, width: int = 16, depth: int = 2, classes: int = 4) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(8, width)
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+        self.out = torch.nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.inp(x))
+        for block in self.blocks:
+            h = torch.tanh(block(h))
+        return self.out(h)
+
+
+def dataset() -> torch.utils.data.Dataset:
+    g = torch.Generator().manual_seed(1)
+    return torch.utils.data.TensorDataset(
+        torch.randn(64, 8, generator=g), torch.randint(0, 4, (64,), generator=g)
+    )
+
+
+def make_trainer(
+    out: Path, name: str, batch_size: int, cls: type = ampkit.Trainer, **kwargs
+) -> ampkit.Trainer:
+    torch.manual_seed(0)
+    model = Net(**kwargs.pop("net", {}))
+    return cls(
+        model,
+        lambda params: torch.optim.AdamW(params, lr=1e-2),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_steps=kwargs.pop("max_steps", STEPS),
+        precision="fp32",
+        device="cpu",
+        batch_size=batch_size,
+        scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5),
+        checkpoint_dir=out / name / "ckpt",
+        checkpoint_every=kwargs.pop("checkpoint_every", EVERY),
+        final_weights=out / f"{name}.safetensors",
+        log_every=100,
+        **kwargs,
+    )
+
+
+def run(out: Path, name: str, batch_size: int = BATCH, **kwargs) -> list[str]:
+    return make_trainer(out, name, batch_size, **kwargs).fit(dataset()).notes
+
+
+class PeakRss:
+    """Samples this process's resident memory every millisecond while active."""
+
+    def __init__(self) -> None:
+        self.page = os.sysconf("SC_PAGE_SIZE")
+        self.peak = self.start = 0
+        self._stop = threading.Event()
+
+    def rss(self) -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page
+
+    def __enter__(self) -> PeakRss:
+        self.start = self.peak = self.rss()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.rss())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.rss())
+
+
+class MeasuredTrainer(ampkit.Trainer):
+    """Records rank 0's resident memory while each checkpoint is written."""
+
+    rss: PeakRss | None = None
+
+    def save_checkpoint(self):
+        dist.barrier()
+        with PeakRss() as self.rss:
+            return super().save_checkpoint()
+
+
+def measure_save(out: Path, name: str, depth: int, layout: str) -> dict[str, float]:
+    """Rank 0's extra resident memory while the checkpoint of a width-1024 model is saved."""
+    trainer = make_trainer(
+        out,
+        name,
+        BATCH,
+        cls=MeasuredTrainer,
+        net={"width": 1024, "depth": depth},
+        max_steps=1,
+        checkpoint_layout=layout,
+        strategy="fsdp",
+    )
+    trainer.final_weights = None
+    trainer.fit(dataset())  # one step, then its checkpoint
+    params = sum(p.numel() for p in trainer.raw_model.parameters())  # global sizes (DTensor)
+    return {
+        "layout": layout,
+        "depth": depth,
+        "model_mib": params * 4 / 2**20,
+        "extra_rss_mib": (trainer.rss.peak - trainer.rss.start) / 2**20,
+    }
+
+
+def main() -> None:
+    out, one = Path(sys.argv[1]), Path(sys.argv[2])
+    dist.init_process_group("gloo")  # owned here, so each Trainer leaves it up for the next
+    try:
+        notes = {
+            "straight": run(out, "straight", strategy="fsdp"),
+            "resumed": run(
+                out, "resumed", strategy="fsdp", resume=out / "straight/ckpt/step-00000003"
+            ),
+            "async": run(out, "async", strategy="fsdp", async_checkpoint=True),
+            "from-one": run(out, "from-one", strategy="fsdp", resume=one),
+        }
+        memory = [
+            measure_save(out, "mem-small", 4, "sharded"),
+            measure_save(out, "mem-large", 8, "sharded"),
+            measure_save(out, "mem-full", 8, "full"),
+        ]
+        if dist.get_rank() == 0:
+            (out / "notes.json").write_text(json.dumps(notes, indent=1))
+            (out / "memory.json").write_text(json.dumps(memory, indent=1))
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
