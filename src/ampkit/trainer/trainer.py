@@ -438,18 +438,23 @@ class Trainer:
 
     def _nonfinite_loss(self, value: float) -> NonFiniteTrainingError:
         first, step = self._row_start, self.state.step
-        steps = f"step {step}" if first >= step else f"steps {first}-{step}"
+        when = (
+            f"at step {step}"
+            if first >= step
+            else f"by step {step} (mean over steps {first}-{step})"
+        )
         kept = self.saved[-1] if self.saved else self.resumed_from
-        last = (
-            f"the last checkpoint, {kept}, holds the weights from before"
+        after = (
+            f"the last checkpoint, {kept}, holds the weights from before. Lower the learning "
+            "rate, clip the gradient norm or check the data, then resume from it or start again."
             if kept
-            else "no checkpoint holds finite weights of this run"
+            else "no checkpoint of this run holds finite weights. Lower the learning rate, clip "
+            "the gradient norm or check the data, then start again."
         )
         return NonFiniteTrainingError(
             f"training: the {self.mp.policy.precision} training loss became non-finite "
-            f"({value}) by step {step} (mean over {steps}), so the weights are no longer "
-            f"finite. Training stopped without writing them; {last}. Lower the learning rate, "
-            "clip the gradient norm or check the data, then resume or start again."
+            f"({value}) {when}, so the weights are no longer finite. Training stopped without "
+            f"writing them; {after}"
         )
 
     def _result(self, meter: Throughput) -> FitResult:
