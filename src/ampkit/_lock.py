@@ -5,7 +5,8 @@ exits, however it exits (SIGKILL included), so a crashed run never leaves a stal
 file holds the holder's PID for the error message of the run that finds the folder taken. It
 is the one file ampkit writes in place instead of with :func:`ampkit._files.atomic_write`: a
 lock must stay on the inode the other process opens, and an atomic rename would swap the inode.
-The file is never deleted (deleting a locked file lets a third process lock a new one).
+The file is not deleted while a run uses the folder (deleting a locked file would let a third
+process lock a new one); only a refused run removes the folder it had just created.
 """
 
 from __future__ import annotations

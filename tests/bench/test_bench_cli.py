@@ -12,7 +12,7 @@ from ampkit.cli import main
 
 FAST = [
     "--steps",
-    "2",
+    "3",
     "--warmup",
     "1",
     "--probe-tolerance",

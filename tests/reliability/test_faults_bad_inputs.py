@@ -38,6 +38,9 @@ CASES = [
         "--overwrite (replace",
     ),
     (["train", *TINY, "--resume", "auto"], "need --out DIR"),
+    (["train", *TINY, "--out", "{tmp}/x", "--resume", "{a_file}"], "--resume: {a_file} is not a"),
+    (["train", *TINY, "--precision", "bf61"], "--precision: unknown precision 'bf61'"),
+    (["train", *TINY, "--keep-fp32", "bogus"], "--keep-fp32: 'bogus' is not a module"),
     (["train", *TINY, "--nproc", "2", "--steps", "0"], "--steps must be an integer >= 1"),
     (["train", *TINY, "--nproc", "2", "--data", "{tmp}/missing.txt"], "does not exist"),
     # ampkit doctor

@@ -19,7 +19,7 @@ import torch
 
 from ampkit._files import write_json
 from ampkit._process import launched_by_ampkit
-from ampkit.errors import StorageError
+from ampkit.errors import ConfigurationError, StorageError
 from ampkit.gpt.config import TrainConfig
 from ampkit.gpt.corpus import ByteCorpus, CorpusWindows, load_corpus
 from ampkit.gpt.model import GPT, GPTConfig
@@ -90,11 +90,29 @@ class _ApplyLr(Callback):
             override_lr(self.parts["optimizer"], self.parts.get("scheduler"), self.lr)
 
 
+#: Library argument names, as ``ampkit train`` spells them.
+_FLAGS = {"precision": "--precision", "device": "--device", "keep_fp32": "--keep-fp32"}
+
+
+@contextmanager
+def _spoken_as_flags() -> Iterator[None]:
+    """Re-raise a ConfigurationError of the library (``precision: ...``) with the flag's name
+    (``--precision: ...``): the command line's users meet flags, not arguments."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        head, sep, rest = str(exc).partition(": ")
+        if not sep or head not in _FLAGS:
+            raise
+        raise type(exc)(f"{_FLAGS[head]}: {rest}") from exc
+
+
 def _resolve(config: TrainConfig, world_size: int) -> tuple[ByteCorpus, Policy]:
     """Check the settings, the device and precision, and the data for ``world_size``
     processes."""
     config.validate()
-    policy = resolve_precision(config.precision, config.device)
+    with _spoken_as_flags():
+        policy = resolve_precision(config.precision, config.device)
     corpus = load_corpus(config.data)
     corpus.validate(config.batch_size, config.seq_len, world_size=world_size)
     return corpus, policy
@@ -195,38 +213,39 @@ def _train(
         return parts["scheduler"]
 
     checkpoints = out / "checkpoints" if out and (config.checkpoint_every or plan.resume) else None
-    trainer = Trainer(
-        model,
-        make_optimizer,
-        scheduler=make_scheduler,
-        max_steps=config.steps,
-        precision=config.precision,
-        device=config.device,
-        grad_accum_steps=config.grad_accum,
-        max_grad_norm=config.max_grad_norm,
-        batch_size=config.batch_size,
-        seed=config.seed,
-        checkpoint_dir=checkpoints,
-        checkpoint_every=config.checkpoint_every,
-        keep_last=config.keep_last,
-        resume=plan.resume,
-        compile=config.compile,
-        compile_mode=config.compile_mode,
-        strategy=config.strategy,
-        callbacks=[
-            *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
-            *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
-            *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
-            *([_ApplyLr(config.lr, parts)] if plan.saved_lr is not None else []),
-        ],
-        keep_fp32=config.keep_fp32,
-        log_every=config.log_every,
-        metrics_file=out / "metrics.jsonl" if out else None,
-        final_weights=out / "model.safetensors" if out else None,
-        tokens_per_sample=config.seq_len,
-        scaler=scaler,
-        run_config=run_record(config, digest()) if checkpoints else None,
-    )
+    with _spoken_as_flags():  # keep_fp32 names are checked here
+        trainer = Trainer(
+            model,
+            make_optimizer,
+            scheduler=make_scheduler,
+            max_steps=config.steps,
+            precision=config.precision,
+            device=config.device,
+            grad_accum_steps=config.grad_accum,
+            max_grad_norm=config.max_grad_norm,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            checkpoint_dir=checkpoints,
+            checkpoint_every=config.checkpoint_every,
+            keep_last=config.keep_last,
+            resume=plan.resume,
+            compile=config.compile,
+            compile_mode=config.compile_mode,
+            strategy=config.strategy,
+            callbacks=[
+                *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
+                *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
+                *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
+                *([_ApplyLr(config.lr, parts)] if plan.saved_lr is not None else []),
+            ],
+            keep_fp32=config.keep_fp32,
+            log_every=config.log_every,
+            metrics_file=out / "metrics.jsonl" if out else None,
+            final_weights=out / "model.safetensors" if out else None,
+            tokens_per_sample=config.seq_len,
+            scaler=scaler,
+            run_config=run_record(config, digest()) if checkpoints else None,
+        )
     result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(
         precision=result.precision,

@@ -21,8 +21,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ampkit._lock import FolderLock
-from ampkit.errors import CheckpointError, ConfigurationError, StorageError
+from ampkit._lock import LOCK_NAME, FolderLock
+from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, StorageError
 from ampkit.gpt.config import TrainConfig
 from ampkit.gpt.resume import check_resume_config
 from ampkit.trainer import checkpoint_folder as folder
@@ -126,6 +126,11 @@ def _plan(
         path = info.path
     else:
         path = Path(config.resume)
+        if not path.is_dir():
+            raise ConfigurationError(
+                f"--resume: {path} is not a checkpoint folder. Pass --resume auto (the newest "
+                f"valid checkpoint in {checkpoints}) or one of its step-NNNNNNNN folders."
+            )
     manifest = folder.verify_checkpoint(path)
     saved = manifest.get("config")
     notes += check_resume_config(
@@ -175,8 +180,16 @@ def open_run_folder(
         yield RunPlan(resume=config.resume)
         return
     out = Path(config.out)
+    created = is_main and not out.exists()
     if is_main:
         _make_out(out)
     lock = FolderLock(out, flag="--out", shared_with=lock_shared_with) if is_main else None
     with lock if lock is not None else nullcontext():
-        yield _plan(config, out, is_main=is_main, data_sha256=data_sha256, precision=precision)
+        try:
+            plan = _plan(config, out, is_main=is_main, data_sha256=data_sha256, precision=precision)
+        except AmpkitError:
+            if created:  # a refused run leaves no trace, not even the folder it made
+                (out / LOCK_NAME).unlink(missing_ok=True)
+                out.rmdir()
+            raise
+        yield plan
