@@ -65,6 +65,8 @@ class TrainingParts:
         counters: the loop counters.
         dist: where this process sits in the job.
         sharded: the model is sharded with FSDP2 (state dicts are gathered collectively).
+        run_config: the run's settings, recorded as ``config`` in every checkpoint's manifest
+            (None: not recorded).
     """
 
     model: nn.Module
@@ -74,6 +76,7 @@ class TrainingParts:
     counters: TrainerState
     dist: DistContext
     sharded: bool = False
+    run_config: dict[str, Any] | None = None
 
 
 def _full_options(**kwargs: Any) -> Any:
@@ -121,6 +124,8 @@ def snapshot(parts: TrainingParts) -> tuple[dict[str, torch.Tensor], dict[str, A
         "world_size": parts.dist.world_size,
         "strategy": "fsdp" if parts.sharded else "replicated",
     }
+    if parts.run_config is not None:
+        metadata["config"] = parts.run_config
     return weights, state, metadata
 
 

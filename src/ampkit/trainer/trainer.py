@@ -287,6 +287,7 @@ class Trainer:
             counters=self.state,
             dist=self.dist,
             sharded=self.strategy == "fsdp" and self.dist.distributed,
+            run_config=self.run_config,
         )
 
     def _resume(self) -> None:
@@ -489,8 +490,6 @@ class Trainer:
         if self.saved and self.saved[-1].endswith(f"step-{self.state.step:08d}"):
             return None
         weights, state, metadata = snapshot(self._parts())
-        if self.run_config is not None:
-            metadata["config"] = self.run_config
         path = None
         if self.is_main:
             path = save_checkpoint(self.checkpoint_dir, self.state.step, weights, state, metadata)
