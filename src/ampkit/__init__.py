@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from ampkit.errors import NonFiniteWeightsError as NonFiniteWeightsError
     from ampkit.errors import ParityError as ParityError
     from ampkit.errors import PrecisionWarning as PrecisionWarning
+    from ampkit.errors import RunInUseError as RunInUseError
     from ampkit.errors import ScalerStateError as ScalerStateError
+    from ampkit.errors import StorageError as StorageError
     from ampkit.errors import UnsupportedPrecisionError as UnsupportedPrecisionError
     from ampkit.formats import NumberFormat as NumberFormat
     from ampkit.formats import number_format as number_format
@@ -82,7 +84,9 @@ _EXPORTS: dict[str, str] = {
     "NonFiniteWeightsError": "ampkit.errors",
     "ParityError": "ampkit.errors",
     "PrecisionWarning": "ampkit.errors",
+    "RunInUseError": "ampkit.errors",
     "ScalerStateError": "ampkit.errors",
+    "StorageError": "ampkit.errors",
     "UnsupportedPrecisionError": "ampkit.errors",
     "NumberFormat": "ampkit.formats",
     "number_format": "ampkit.formats",
@@ -140,9 +144,11 @@ __all__ = [
     "Policy",
     "PrecisionWarning",
     "Recommendation",
+    "RunInUseError",
     "ScalerStateError",
     "ScalerStats",
     "StepResult",
+    "StorageError",
     "Tolerances",
     "TrainConfig",
     "TrainSummary",

@@ -4,6 +4,8 @@ A reader (or a process restarted after a crash) sees either the old file or the 
 one, never a torn one: the bytes go to a temporary file in the same folder, are fsynced, the
 temporary file is renamed over the target with ``os.replace`` and the folder is fsynced so the
 rename itself survives a power cut. On any error the temporary file is removed.
+
+Append-only logs (``metrics.jsonl``) grow by whole records with :func:`append_record` instead.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "fsync_dir", "is_disk_full", "json_safe", "write_json"]
+__all__ = ["append_record", "atomic_write", "fsync_dir", "is_disk_full", "json_safe", "write_json"]
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -90,6 +92,27 @@ def is_disk_full(exc: BaseException) -> bool:
             if isinstance(error, BaseException):
                 stack.append(error)
     return False
+
+
+def append_record(fd: int, record: bytes) -> None:
+    """Append one whole record (e.g. a JSON line) to the file open at ``fd`` with one write.
+
+    ``fd`` must be open with ``O_APPEND``. The file ends up with all of ``record`` or none of
+    it: should the disk fill up part-way (a short write, or an error after some bytes), the
+    file is cut back to its previous length before the error is raised, so no torn record is
+    left for a later reader. Not fsynced: call ``os.fsync(fd)`` where durability matters.
+
+    Raises:
+        OSError: the write failed (``ENOSPC`` for a full disk); the file is as it was.
+    """
+    size = os.fstat(fd).st_size
+    try:
+        written = os.write(fd, record)
+        if written != len(record):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    except BaseException:
+        os.ftruncate(fd, size)  # cutting a file back needs no new space
+        raise
 
 
 def json_safe(value: Any) -> Any:

@@ -16,6 +16,7 @@ In fp32 the engine adds nothing: the updates are bitwise those of the plain PyTo
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,15 +101,27 @@ class MixedPrecision:
         tf32: bool | None = None,
         process_group: Any = None,
     ) -> None:
-        if not isinstance(grad_accum_steps, int) or grad_accum_steps < 1:
+        if (
+            isinstance(grad_accum_steps, bool)
+            or not isinstance(grad_accum_steps, int)
+            or grad_accum_steps < 1
+        ):
             raise ConfigurationError(
                 f"grad_accum_steps: {grad_accum_steps!r} is invalid. It must be an integer >= 1 "
                 "(1 steps after every batch)."
             )
-        if max_grad_norm is not None and not max_grad_norm > 0:
+        if max_grad_norm is not None and not (
+            isinstance(max_grad_norm, (int, float))
+            and not isinstance(max_grad_norm, bool)
+            and 0 < max_grad_norm < math.inf
+        ):
             raise ConfigurationError(
-                f"max_grad_norm: {max_grad_norm!r} is invalid. Use a positive number, or None "
-                "to disable clipping."
+                f"max_grad_norm: {max_grad_norm!r} is invalid. Use a positive finite number, or "
+                "None to disable clipping."
+            )
+        if tf32 is not None and not isinstance(tf32, bool):
+            raise ConfigurationError(
+                f"tf32: {tf32!r} is invalid. Use True, False, or None to follow the hardware."
             )
         if isinstance(precision, Policy):
             self.policy = precision
@@ -288,11 +301,32 @@ class MixedPrecision:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`.
+        """Restore from :meth:`state_dict`; nothing changes unless all of it is valid.
 
         Raises:
-            CheckpointError: the state was saved under another precision or accumulation.
+            CheckpointError: the state is not such a dict (keys missing), was saved under
+                another precision or accumulation, or its ``micro_step`` is not an integer in
+                ``[0, grad_accum_steps]``.
+            ScalerStateError: the loss-scaler state is out of range (see
+                :meth:`LossScaler.load_state_dict`).
         """
+        keys = ("precision", "grad_accum_steps", "micro_step", "scaler")
+        if not isinstance(state, dict) or any(key not in state for key in keys):
+            seen = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise CheckpointError(
+                f"MixedPrecision.load_state_dict: expected a dict with the keys {list(keys)}, "
+                f"got {seen}. Pass what MixedPrecision.state_dict() returned."
+            )
+        micro = state["micro_step"]
+        if (
+            isinstance(micro, bool)
+            or not isinstance(micro, int)
+            or not 0 <= micro <= self.grad_accum_steps
+        ):
+            raise CheckpointError(
+                f"MixedPrecision.load_state_dict: micro_step={micro!r} is invalid; it must be an "
+                f"integer in [0, grad_accum_steps={self.grad_accum_steps}]. The state is damaged."
+            )
         for key in ("precision", "grad_accum_steps"):
             mine = getattr(self.policy, key, None) if key == "precision" else self.grad_accum_steps
             if state[key] != mine:
@@ -301,4 +335,4 @@ class MixedPrecision:
                     f"engine has {key}={mine!r}. Resume with the settings of the saved run."
                 )
         self.scaler.load_state_dict(state["scaler"])
-        self._micro_step = int(state["micro_step"])
+        self._micro_step = micro

@@ -20,7 +20,9 @@ __all__ = [
     "NonFiniteWeightsError",
     "ParityError",
     "PrecisionWarning",
+    "RunInUseError",
     "ScalerStateError",
+    "StorageError",
     "UnsupportedPrecisionError",
 ]
 
@@ -108,3 +110,37 @@ class ParityError(ExportError):
     def __init__(self, message: str, result: object = None) -> None:
         super().__init__(message)
         self.result = result
+
+
+class RunInUseError(AmpkitError, RuntimeError):
+    """Another live process holds the lock on a run folder (two runs would corrupt each other).
+
+    Attributes:
+        pid: the process holding the lock, when it could be read (else None).
+    """
+
+    def __init__(self, message: str, pid: int | None = None) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class StorageError(AmpkitError, OSError):
+    """A file could not be written: the disk is full, over quota, read-only or not writable.
+
+    Nothing half-written is left behind where it was raised (the writer removed or truncated it).
+    """
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, writing: str, fix: str = "") -> StorageError:
+        """An error for ``exc`` raised while writing ``writing``, with what to do about it."""
+        import errno
+
+        reason = {
+            errno.ENOSPC: "the disk is full",
+            errno.EDQUOT: "the disk quota is exhausted",
+            errno.EROFS: "the file system is read-only",
+            errno.EACCES: "permission denied",
+            errno.EPERM: "permission denied",
+        }.get(exc.errno or 0, exc.strerror or str(exc))
+        advice = fix or "Free some space or write somewhere else, then run the command again."
+        return cls(f"writing {writing} failed: {reason} ({exc.strerror or exc}). {advice}")

@@ -102,17 +102,45 @@ class Policy:
 
 
 def resolve_device(device: torch.device | str | None = None) -> torch.device:
-    """``None`` means the current CUDA device when one is available, else the CPU."""
+    """``None`` means the current CUDA device when one is available, else the CPU.
+
+    Raises:
+        ConfigurationError: ``device`` is not a device name, names CUDA where this PyTorch
+            build or machine has none (or not that many devices), or is ``meta`` (no data).
+    """
     if device is None:
         if torch.cuda.is_available():
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ConfigurationError(
             f"device: {device!r} is not a device name. Use 'cpu', 'cuda' or 'cuda:N'."
         ) from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                f"this PyTorch build ({torch.__version__}) has no CUDA support"
+                if torch.version.cuda is None
+                else "no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES)"
+            )
+            raise ConfigurationError(
+                f"device: {device!r} was requested, but {why}. Use 'cpu', or run on a machine "
+                "with a CUDA GPU and a CUDA build of PyTorch."
+            )
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ConfigurationError(
+                f"device: {device!r} was requested, but only {count} CUDA device(s) are "
+                f"visible. Use 'cuda:0' to 'cuda:{count - 1}'."
+            )
+    if dev.type == "meta":
+        raise ConfigurationError(
+            f"device: {device!r} tensors hold no data, so nothing can be trained or measured "
+            "on them. Use 'cpu', 'cuda' or 'cuda:N'."
+        )
+    return dev
 
 
 def _canonical(precision: str) -> Precision | Literal["auto"]:

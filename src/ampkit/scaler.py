@@ -29,7 +29,6 @@ else does. With ``enabled=False`` every method is a pass-through, so user code n
 from __future__ import annotations
 
 import enum
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 
 from ampkit._kernels import unscale_and_check_
+from ampkit._scaler_rules import STATE_KEYS, settings_problem, state_problem
 from ampkit.errors import ConfigurationError, NonFiniteTrainingError, ScalerStateError
 
 __all__ = ["LossScaler", "ScalerStats"]
@@ -88,13 +88,6 @@ class ScalerStats:
         return self.skipped_steps / self.steps if self.steps else 0.0
 
 
-def _check_number(name: str, value: float, ok: bool, allowed: str) -> None:
-    if not ok:
-        raise ConfigurationError(
-            f"LossScaler: {name}={value!r} is invalid. {name} must be {allowed}."
-        )
-
-
 class LossScaler:
     """Dynamic loss scaler for fp16 training. See the module docstring for the call order.
 
@@ -135,42 +128,23 @@ class LossScaler:
         history_size: int = 1024,
         process_group: Any = None,
     ) -> None:
-        _check_number("growth_factor", growth_factor, growth_factor > 1, "> 1 (e.g. 2.0)")
-        _check_number(
-            "backoff_factor", backoff_factor, 0 < backoff_factor < 1, "in (0, 1), e.g. 0.5"
+        problem = settings_problem(
+            enabled=enabled,
+            growth_factor=growth_factor,
+            backoff_factor=backoff_factor,
+            growth_interval=growth_interval,
+            hysteresis=hysteresis,
+            min_scale=min_scale,
+            max_scale=max_scale,
+            scale=init_scale,
+            max_skips_at_min_scale=max_skips_at_min_scale,
+            history_size=history_size,
         )
-        _check_number(
-            "growth_interval",
-            growth_interval,
-            isinstance(growth_interval, int) and growth_interval >= 1,
-            "an integer >= 1",
-        )
-        _check_number(
-            "hysteresis",
-            hysteresis,
-            isinstance(hysteresis, int) and hysteresis >= 1,
-            "an integer >= 1 (1 backs off on every overflow)",
-        )
-        _check_number("min_scale", min_scale, 0 < min_scale < math.inf, "a finite number > 0")
-        _check_number(
-            "max_scale",
-            max_scale,
-            min_scale <= max_scale < math.inf,
-            f"finite and >= min_scale ({min_scale})",
-        )
-        _check_number(
-            "init_scale",
-            init_scale,
-            min_scale <= init_scale <= max_scale,
-            f"within [min_scale, max_scale] = [{min_scale}, {max_scale}]",
-        )
-        _check_number(
-            "max_skips_at_min_scale",
-            max_skips_at_min_scale,
-            max_skips_at_min_scale is None
-            or (isinstance(max_skips_at_min_scale, int) and max_skips_at_min_scale >= 1),
-            "None or an integer >= 1",
-        )
+        if problem:
+            name, value, allowed = problem
+            raise ConfigurationError(
+                f"LossScaler: {name}={value!r} is invalid. {name} must be {allowed}."
+            )
         self._enabled = enabled
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
@@ -398,9 +372,20 @@ class LossScaler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from :meth:`state_dict`. Configuration in the dict overrides the constructor's.
 
+        The state is checked as the constructor checks its arguments (a NaN, zero, negative
+        or infinite scale, ``growth_factor <= 1``, ``backoff_factor >= 1``, ...), and its
+        counters for consistency, before anything is changed.
+
         Raises:
-            ScalerStateError: loading a non-empty state into a disabled scaler, or the reverse.
+            ScalerStateError: loading a non-empty state into a disabled scaler, or the reverse;
+                or the state is not a dict, lacks keys, or holds a value out of range (the
+                message names it).
         """
+        if not isinstance(state, dict):
+            raise ScalerStateError(
+                f"load_state_dict: expected the dict of LossScaler.state_dict(), got a "
+                f"{type(state).__name__}."
+            )
         if not self._enabled:
             if state:
                 raise ScalerStateError(
@@ -412,6 +397,19 @@ class LossScaler:
             raise ScalerStateError(
                 "load_state_dict: the state is empty (saved from a disabled scaler, i.e. bf16 or "
                 "fp32 training) but this scaler is enabled. Resume with the checkpoint's precision."
+            )
+        missing = [key for key in STATE_KEYS if key not in state]
+        if missing:
+            raise ScalerStateError(
+                f"load_state_dict: the state lacks {', '.join(missing)}. It is damaged or was "
+                "not saved by LossScaler.state_dict(); nothing was loaded."
+            )
+        problem = state_problem(state)
+        if problem:
+            name, value, allowed = problem
+            raise ScalerStateError(
+                f"load_state_dict: {name}={value!r} is invalid; {name} must be {allowed}. The "
+                "state is damaged or was not saved by LossScaler.state_dict(); nothing was loaded."
             )
         self.growth_factor = float(state["growth_factor"])
         self.backoff_factor = float(state["backoff_factor"])

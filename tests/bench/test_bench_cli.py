@@ -12,7 +12,7 @@ from ampkit.cli import main
 
 FAST = [
     "--steps",
-    "2",
+    "3",
     "--warmup",
     "1",
     "--probe-tolerance",
@@ -104,7 +104,7 @@ def test_plot_without_matplotlib_is_a_one_line_error(user_models, tmp_path, monk
         (["--precisions", ","], "names no precision"),
         (["--model", "resnet"], "--model: 'resnet' is not a model"),
         (["--model", "no_such_module_xyz:build"], "cannot import module"),
-        (["--steps", "0"], "--steps must be an integer >= 1"),
+        (["--steps", "2"], "--steps must be an integer >= 3"),
         (["--model", "gpt", "--channels-last"], "--channels-last"),
     ],
 )

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ampkit import CheckpointError
-from ampkit.errors import NonFiniteWeightsError
+from ampkit.errors import NonFiniteWeightsError, StorageError
 from ampkit.trainer.checkpoint_folder import (
     find_checkpoints,
     latest_valid_checkpoint,
@@ -304,10 +304,10 @@ def tiny_disk(tmp_path):
 
 def test_disk_full_is_one_clear_error_and_removes_the_temporary_folder(tiny_disk):
     weights = {"w": torch.zeros(128 * 1024)}  # 512 KiB on a 256 KiB disk
-    with pytest.raises(CheckpointError, match="the disk is full") as caught:
+    with pytest.raises(StorageError, match="the disk is full") as caught:
         save_checkpoint(tiny_disk / "ckpt", 1, weights, {})
     assert "\n" not in str(caught.value)
     assert list((tiny_disk / "ckpt").iterdir()) == []
-    with pytest.raises(CheckpointError, match="the disk is full"):
+    with pytest.raises(StorageError, match="the disk is full"):
         save_weights(tiny_disk / "final.safetensors", weights)
     assert sorted(p.name for p in tiny_disk.iterdir()) == ["ckpt"]

@@ -215,6 +215,9 @@ class BenchReport:
         torch_version, python_version, threads: the software and CPU threads.
         steps, warmup: timed rounds and untimed warm-up rounds per variant.
         rounds_kept: timed rounds kept after dropping those where the probe moved.
+        noisy: fewer than half the rounds (or than 3) ran on a steady machine: the figures
+            are rough (from every round when fewer than 3 were kept), and the report says so
+            first.
         probe_tolerance: the relative probe movement that drops a round.
         probe_spread: max/min probe time over the run (1.0 is a perfectly steady machine).
         memory_kind: what ``memory_bytes`` measures on this device.
@@ -246,6 +249,7 @@ class BenchReport:
     variants: list[VariantResult]
     verdict: Verdict
     notes: list[str] = field(default_factory=list)
+    noisy: bool = False
 
     def variant(self, name: str) -> VariantResult:
         """The result named ``name``.
@@ -289,7 +293,7 @@ class BenchReport:
                 v.name,
                 f"{1000 * v.median_step_s:.1f}",
                 f"{v.throughput:,.0f}",
-                "-" if v.speedup_vs_fp32 is None else f"{v.speedup_vs_fp32:.2f}x",
+                _speedup(v, self.noisy),
                 _mib(v.memory_bytes),
                 f"{v.final_loss:.4f}",
                 "-" if v.loss_gap_vs_fp32 is None else f"{v.loss_gap_vs_fp32:+.4f}",
@@ -298,7 +302,14 @@ class BenchReport:
                 row.append("-" if v.mfu is None else f"{v.mfu:.1%}")
             rows.append(row)
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        lines = [
+        lines = []
+        if self.noisy:
+            lines += [
+                f"NOISY: only {self.rounds_kept} of {self.steps} rounds ran on a steady machine "
+                f"(probe spread {self.probe_spread:.2f}x); the figures below are rough.",
+                "",
+            ]
+        lines += [
             f"model   {self.description}",
             f"device  {self.device_name} ({self.device}), torch {self.torch_version}, "
             f"{self.threads} thread{'s' if self.threads != 1 else ''}",
@@ -320,11 +331,25 @@ class BenchReport:
             lines.append(
                 f"        process peak RSS {_mib(self.peak_rss_bytes)} (all variants together)"
             )
-        lines.append("vs fp32: median over rounds of fp32 step time / variant step time")
+        lines.append(
+            "vs fp32: median over rounds of fp32 step time / variant step time"
+            + (" (quartiles in parentheses)" if self.noisy else "")
+        )
         lines.extend(f"note: {n}" for n in self.notes)
         lines.append("")
-        lines.append(self.verdict.text)
+        lines.append(("NOISY: " if self.noisy else "") + self.verdict.text)
         return "\n".join(lines)
+
+
+def _speedup(v: VariantResult, spread: bool) -> str:
+    """The "vs fp32" cell; with ``spread``, the quartiles of the per-round ratios too."""
+    if v.speedup_vs_fp32 is None:
+        return "-"
+    cell = f"{v.speedup_vs_fp32:.2f}x"
+    if spread and v.speedup_vs_fp32_twin_iqr is not None and v.precision != "fp32":
+        low, high = v.speedup_vs_fp32_twin_iqr
+        cell += f" ({low:.2f}-{high:.2f})"
+    return cell
 
 
 def _memory_header(cuda: bool) -> str:

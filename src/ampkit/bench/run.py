@@ -9,6 +9,7 @@ measured on the last warm-up step (:mod:`ampkit.bench.memory`), so timed steps c
 from __future__ import annotations
 
 import copy
+import math
 import platform
 import statistics
 import warnings
@@ -20,7 +21,7 @@ import torch
 from ampkit.bench.flops import count_train_flops, mfu, peak_flops
 from ampkit.bench.memory import cuda_step_peak_bytes, saved_tensor_bytes, state_bytes
 from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
-from ampkit.bench.timing import Timings, matmul_probe, run_interleaved
+from ampkit.bench.timing import MIN_ROUNDS, Timings, matmul_probe, run_interleaved
 from ampkit.bench.workloads import Workload, load_workload
 from ampkit.engine import MixedPrecision
 from ampkit.errors import ConfigurationError, PrecisionWarning
@@ -71,24 +72,40 @@ def _resolve_all(precisions: Sequence[str], device: torch.device) -> tuple[list[
     return list(policies.values()), notes
 
 
+def _int_at_least(value: object, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
 def _validate(steps: int, warmup: int, batch_size: int | None, tolerance: float) -> None:
     problems = [
         f"--{flag} must be {rule}, got {value!r}"
         for flag, value, ok, rule in [
-            ("steps", steps, isinstance(steps, int) and steps >= 1, "an integer >= 1"),
+            (
+                "steps",
+                steps,
+                _int_at_least(steps, MIN_ROUNDS),
+                f"an integer >= {MIN_ROUNDS} (a spread needs {MIN_ROUNDS} rounds)",
+            ),
             (
                 "warmup",
                 warmup,
-                isinstance(warmup, int) and warmup >= 1,
+                _int_at_least(warmup, 1),
                 "an integer >= 1 (the last warm-up step measures memory)",
             ),
             (
                 "batch-size",
                 batch_size,
-                batch_size is None or (isinstance(batch_size, int) and batch_size >= 1),
+                batch_size is None or _int_at_least(batch_size, 1),
                 "an integer >= 1",
             ),
-            ("probe-tolerance", tolerance, tolerance > 0, "a positive number"),
+            (
+                "probe-tolerance",
+                tolerance,
+                isinstance(tolerance, (int, float))
+                and not isinstance(tolerance, bool)
+                and 0 < tolerance < math.inf,
+                "a positive number",
+            ),
         ]
         if not ok
     ]
@@ -166,8 +183,8 @@ def run_bench(
             gives the CPU's matmul speed for the verdict; a custom probe does not).
 
     Raises:
-        ConfigurationError: invalid settings, an unknown precision or model spec,
-            ``channels_last`` for a model without 4-D inputs, or no steady rounds.
+        ConfigurationError: invalid settings (``steps`` below 3 included), an unknown
+            precision or model spec, ``channels_last`` for a model without 4-D inputs.
         UnsupportedPrecisionError: a precision the device cannot run (bf16 on pre-Ampere).
     """
     _validate(steps, warmup, batch_size, probe_tolerance)
@@ -358,11 +375,12 @@ def _report(
     if flops is not None and matmul_rate:
         share = min(1.0, flops / base_median / matmul_rate)
     rss = None if cuda else peak_memory(dev)[0]
-    if len(timings.kept) < max(3, steps // 2):
+    if timings.noisy:
+        used = "all rounds" if len(timings.used) > len(timings.kept) else "the steady rounds"
         notes.append(
             f"only {len(timings.kept)} of {steps} rounds ran on a steady machine (the probe "
-            "moved in the others); treat the times as rough, or rerun with more --steps on a "
-            "quieter machine."
+            f"moved in the others), so the figures come from {used} and are rough: read the "
+            "spread (quartiles) with them, or rerun with more --steps on a quieter machine."
         )
     return BenchReport(
         model=workload.name,
@@ -376,6 +394,7 @@ def _report(
         steps=steps,
         warmup=warmup,
         rounds_kept=len(timings.kept),
+        noisy=timings.noisy,
         probe_tolerance=timings.tolerance,
         probe_spread=max(timings.probes) / min(timings.probes),
         memory_kind=(

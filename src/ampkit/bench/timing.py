@@ -12,6 +12,11 @@ machine, not the variant. So:
 3. results are medians of per-round paired ratios (``t_a[k] / t_b[k]`` over the kept rounds
    ``k``), never a ratio of two separately taken averages.
 
+On a machine whose speed never settles (a shared 2-core box), fewer than :data:`MIN_ROUNDS`
+rounds may be kept. The statistics then use every round and the run is marked noisy
+(:attr:`Timings.noisy`) rather than failing: what was measured is still reported, with its
+spread. Only a run of fewer than :data:`MIN_ROUNDS` rounds in total has nothing to report.
+
 The pure parts (:func:`round_orders`, :func:`kept_rounds`, :func:`paired_ratio`) take plain
 numbers so tests can feed them synthetic timings; :func:`run_interleaved` drives real steps.
 """
@@ -29,6 +34,7 @@ import torch
 from ampkit.errors import ConfigurationError
 
 __all__ = [
+    "MIN_ROUNDS",
     "Timings",
     "kept_rounds",
     "matmul_probe",
@@ -36,6 +42,10 @@ __all__ = [
     "round_orders",
     "run_interleaved",
 ]
+
+
+#: Rounds needed for a median and quartiles; fewer kept rounds fall back to all rounds.
+MIN_ROUNDS = 3
 
 
 def round_orders(names: Sequence[str], rounds: int, seed: int = 0) -> list[list[str]]:
@@ -153,36 +163,48 @@ class Timings:
         """Timed rounds run (kept or not)."""
         return len(self.probes) - 1
 
-    def median(self, name: str) -> float:
-        """Median step seconds of ``name`` over the kept rounds.
+    @property
+    def used(self) -> list[int]:
+        """The rounds the statistics use: the kept ones, or every round when fewer than
+        :data:`MIN_ROUNDS` were kept (the run is then :attr:`noisy`).
 
         Raises:
-            ConfigurationError: no round was kept.
+            ConfigurationError: fewer than :data:`MIN_ROUNDS` rounds were run at all.
         """
-        if not self.kept:
+        if len(self.kept) >= MIN_ROUNDS:
+            return list(self.kept)
+        if self.rounds < MIN_ROUNDS:
             raise ConfigurationError(
-                "timings: no rounds were kept; the machine's speed kept changing. "
-                "Run with more steps or a looser probe tolerance."
+                f"timings: only {self.rounds} timed round(s) ran; a median and its spread need "
+                f"at least {MIN_ROUNDS}. Run with --steps {MIN_ROUNDS} or more."
             )
-        return statistics.median(self.times[name][k] for k in self.kept)
+        return list(range(self.rounds))
+
+    @property
+    def noisy(self) -> bool:
+        """Fewer than half the rounds (or than :data:`MIN_ROUNDS`) ran on a steady machine:
+        the figures are rough, whichever rounds they come from."""
+        return len(self.kept) < max(MIN_ROUNDS, self.rounds // 2)
+
+    def median(self, name: str) -> float:
+        """Median step seconds of ``name`` over the :attr:`used` rounds.
+
+        Raises:
+            ConfigurationError: fewer than :data:`MIN_ROUNDS` rounds were run.
+        """
+        return statistics.median(self.times[name][k] for k in self.used)
 
     def ratio(self, numerator: str, denominator: str) -> float:
-        """Median paired ratio ``t[numerator] / t[denominator]`` over the kept rounds."""
-        return paired_ratio(self.times[numerator], self.times[denominator], self.kept)
+        """Median paired ratio ``t[numerator] / t[denominator]`` over the :attr:`used` rounds."""
+        return paired_ratio(self.times[numerator], self.times[denominator], self.used)
 
     def ratio_quartiles(self, numerator: str, denominator: str) -> tuple[float, float]:
-        """Lower and upper quartile of the paired ratios over the kept rounds.
-
-        With one kept round both are that round's ratio.
+        """Lower and upper quartile of the paired ratios over the :attr:`used` rounds.
 
         Raises:
-            ConfigurationError: no round was kept.
+            ConfigurationError: fewer than :data:`MIN_ROUNDS` rounds were run.
         """
-        ratios = [self.times[numerator][k] / self.times[denominator][k] for k in self.kept]
-        if not ratios:
-            raise ConfigurationError("timings: no rounds were kept.")
-        if len(ratios) == 1:
-            return ratios[0], ratios[0]
+        ratios = [self.times[numerator][k] / self.times[denominator][k] for k in self.used]
         q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
         return q1, q3
 

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ampkit._factory import call_factory
 from ampkit.errors import ConfigurationError
 
 __all__ = ["ConvNet", "Workload", "convnet_workload", "gpt_workload", "load_workload"]
@@ -237,7 +238,9 @@ def load_workload(spec: str, batch_size: int | None = None) -> Workload:
             takes_batch = False
         if takes_batch:
             kwargs["batch_size"] = batch_size
-    made = factory(**kwargs)
+    made = call_factory(
+        factory, spec, "an ampkit.bench.Workload or (model, inputs, targets)", **kwargs
+    )
     if isinstance(made, Workload):
         return made
     if isinstance(made, tuple):

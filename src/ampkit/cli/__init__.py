@@ -7,25 +7,50 @@ are rendered here as one line on stderr with the error's exit code, never a trac
 
 from __future__ import annotations
 
+import errno
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from ampkit.errors import AmpkitError
+from ampkit.errors import AmpkitError, StorageError
 
 __all__ = ["main"]
 
 
+#: ``errno`` values of a write that failed for lack of room or rights on the disk.
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+
+
 class _AmpkitGroup(click.Group):
-    """A click group that renders :class:`AmpkitError` as one line and exits non-zero."""
+    """A click group that renders :class:`AmpkitError` as one line and exits non-zero.
+
+    Also one line: a full or read-only disk met by a writer that did not say so itself
+    (exit 1), and Ctrl-C (exit 130). Under ``ampkit train --nproc``, only rank 0 prints an
+    error: the other ranks meet the same one (settings, checkpoints and the loss are shared).
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except AmpkitError as exc:
-            click.echo(f"ampkit: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
+            _fail(str(exc), exc.exit_code)
+        except OSError as exc:
+            if exc.errno not in _STORAGE_ERRNOS:
+                raise
+            _fail(str(StorageError.from_os_error(exc, exc.filename or "a file")), 1)
+        except KeyboardInterrupt:
+            _fail("interrupted (Ctrl-C).", 130)
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    import os
+
+    from ampkit._process import launched_by_ampkit
+
+    if launched_by_ampkit() is None or os.environ.get("RANK", "0") == "0":
+        click.echo(f"ampkit: error: {message}", err=True)
+    sys.exit(code)
 
 
 @click.group(cls=_AmpkitGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -76,7 +76,10 @@ def bench(**options: Any) -> None:
       ampkit bench --model mypkg.models:build --batch-size 64 --compile
     """
     from ampkit.bench import run_bench, save_plot
+    from ampkit.cli.outputs import check_output, writing
 
+    check_output(options["json_path"], "--json")
+    check_output(options["plot_path"], "--plot")
     precisions = options["precisions"]
     parsed = None
     if precisions is not None:
@@ -105,10 +108,12 @@ def bench(**options: Any) -> None:
         bar.close()
     click.echo(report.render())
     if options["json_path"]:
-        report.write_json(options["json_path"])
+        with writing(options["json_path"], "--json"):
+            report.write_json(options["json_path"])
         click.echo(f"\njson    {options['json_path']}")
     if options["plot_path"]:
-        save_plot(report, options["plot_path"])
+        with writing(options["plot_path"], "--plot"):
+            save_plot(report, options["plot_path"])
         click.echo(f"plot    {options['plot_path']}")
 
 

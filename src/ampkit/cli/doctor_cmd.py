@@ -71,12 +71,20 @@ def doctor(**options: Any) -> None:
     """
     from dataclasses import replace
 
+    from ampkit.cli.outputs import check_output, writing
     from ampkit.doctor import diagnose
     from ampkit.doctor.inputs import builtin_case, load_factory, load_scale_history
     from ampkit.errors import ConfigurationError
 
     if options["steps"] < 1:
         raise ConfigurationError(f"--steps: {options['steps']} is invalid. Use 1 or more.")
+    if abs(options["seed"]) > 2**32 - 1:
+        raise ConfigurationError(
+            f"--seed: {options['seed']} is invalid. Use an integer from -{2**32 - 1} to "
+            f"{2**32 - 1}."
+        )
+    check_output(options["json_path"], "--json")
+    check_output(options["html_path"], "--html", creates_folders=True)
     history = load_scale_history(options["metrics_path"]) if options["metrics_path"] else None
     if options["model_spec"]:
         model, closure = load_factory(options["model_spec"])
@@ -93,8 +101,10 @@ def doctor(**options: Any) -> None:
         report = replace(report, scale_history=history)
     click.echo(report.to_text())
     if options["json_path"]:
-        report.to_json(options["json_path"])
+        with writing(options["json_path"], "--json"):
+            report.to_json(options["json_path"])
         click.echo(f"\nwrote {options['json_path']}")
     if options["html_path"]:
-        path = report.to_html(options["html_path"])
+        with writing(options["html_path"], "--html"):
+            path = report.to_html(options["html_path"])
         click.echo(f"wrote {path}")

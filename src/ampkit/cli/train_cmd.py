@@ -98,8 +98,33 @@ def _positive_or_none(value: float) -> float | None:
 @click.option(
     "--resume",
     default=None,
-    help="auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh); "
-    "or a checkpoint folder.",
+    help="auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh "
+    "in an empty OUT); or a checkpoint folder. Settings must match the checkpoint's, except "
+    "--steps, --lr (applied to the schedule) and the logging/checkpoint flags.",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace an earlier run in OUT (deletes its metrics.jsonl, summary.json, "
+    "model.safetensors, checkpoints/ and tensorboard/). Without it a fresh run refuses such "
+    "a folder.",
+)
+@click.option(
+    "--n-layer",
+    type=int,
+    default=_DEFAULT["n_layer"],
+    show_default=True,
+    help="Transformer blocks of the GPT.",
+)
+@click.option(
+    "--n-head", type=int, default=_DEFAULT["n_head"], show_default=True, help="Attention heads."
+)
+@click.option(
+    "--n-embd",
+    type=int,
+    default=_DEFAULT["n_embd"],
+    show_default=True,
+    help="Width of the GPT (a multiple of --n-head).",
 )
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
 @click.option(
@@ -156,14 +181,14 @@ def train(**options: Any) -> None:
     nproc = options.pop("nproc")
     if nproc < 1:
         raise click.BadParameter(f"{nproc} is invalid; use 1 or more.", param_hint="--nproc")
-    if nproc > 1 and "LOCAL_RANK" not in os.environ:
-        sys.exit(_launch_torchrun(nproc))
-    from ampkit.gpt.job import train as run_training
-
     show_progress = options.pop("progress") and os.environ.get("RANK", "0") == "0"
     options["compile"] = options.pop("compile_") or options["compile_mode"] is not None
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
+    if nproc > 1 and "LOCAL_RANK" not in os.environ:
+        sys.exit(_launch_torchrun(config, nproc))
+    _tie_worker_to_agent()
+    from ampkit.gpt.job import train as run_training
     from ampkit.trainer.callbacks import ProgressBar
 
     summary = run_training(config, callbacks=[ProgressBar()] if show_progress else [])
@@ -171,11 +196,52 @@ def train(**options: Any) -> None:
         click.echo(_render_summary(summary))
 
 
-def _launch_torchrun(nproc: int) -> int:
-    """Re-run this command under torchrun with ``nproc`` processes; return its exit status."""
-    import subprocess
+def _tie_worker_to_agent() -> None:
+    """A worker of ``--nproc``: die (SIGKILL) with the torchrun agent that started it."""
+    import os
+    import signal
 
-    args = sys.argv[1:]
+    from ampkit._process import AGENT_PID, die_with_parent, launched_by_ampkit
+
+    agent = os.environ.get(AGENT_PID, "")
+    if launched_by_ampkit() is not None and agent.isdigit():
+        die_with_parent(int(agent), signal.SIGKILL)
+
+
+def _launch_torchrun(config: TrainConfig, nproc: int) -> int:
+    """Check the run, hold ``--out``'s lock, and re-run this command under torchrun with
+    ``nproc`` processes (:mod:`ampkit.cli.torchrun`); return its exit status."""
+    import signal
+
+    from ampkit.cli.torchrun import launch
+    from ampkit.gpt.job import prepare_run
+
+    with prepare_run(config, world_size=nproc):
+        result = launch(nproc, _without_nproc(sys.argv[1:]))
+    more = (
+        " Continue from the last checkpoint with --resume auto."
+        if config.checkpoint_every or config.resume
+        else ""
+    )
+    if result.forwarded is not None:
+        name = signal.Signals(result.forwarded).name
+        click.echo(
+            f"ampkit: error: stopped by {name}; the torchrun agent and all {nproc} workers were "
+            f"stopped.{more}",
+            err=True,
+        )
+    elif result.agent_signal is not None:
+        name = signal.Signals(result.agent_signal).name
+        click.echo(
+            f"ampkit: error: the torchrun agent was killed by {name}; its {nproc} workers "
+            f"die with it.{more}",
+            err=True,
+        )
+    return result.status
+
+
+def _without_nproc(args: list[str]) -> list[str]:
+    """The command line without ``--nproc N``, for the workers."""
     cleaned, skip = [], False
     for arg in args:
         if skip:
@@ -187,17 +253,7 @@ def _launch_torchrun(nproc: int) -> int:
         if arg.startswith("--nproc="):
             continue
         cleaned.append(arg)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={nproc}",
-        "-m",
-        "ampkit",
-        *cleaned,
-    ]
-    return subprocess.call(command)
+    return cleaned
 
 
 def _render_summary(summary: Any) -> str:

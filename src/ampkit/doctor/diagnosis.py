@@ -86,6 +86,26 @@ def _check_loss(loss: object, step: int) -> torch.Tensor:
     return loss
 
 
+def _loss_finding(step: int, value: float) -> NumericsFinding:
+    """The fp32 loss is inf/NaN while no module turned finite values into inf/NaN."""
+    return NumericsFinding(
+        module="",
+        kind="non-finite",
+        phase="forward",
+        precision="fp32",
+        message=(
+            f"(loss): the loss closure() returned is {value} in fp32 at step {step}, though no "
+            "module turned finite values into inf/NaN: the inputs, the weights or the loss "
+            "computation outside the modules (a log of 0, a division by 0) make it; no "
+            "precision fixes this, fix the computation"
+        ),
+        numbers={"loss": value},
+        module_type="loss",
+        step=step,
+        dtype="float32",
+    )
+
+
 def _phase_row(stats: RangeStats, fp16_scale: float) -> PhaseRow | None:
     if stats.count == 0:
         return None
@@ -172,9 +192,13 @@ def diagnose(
             requires grad.
     """
     _check_model(model)
-    if not isinstance(steps, int) or steps < 1:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ConfigurationError(f"diagnose: steps={steps!r} is invalid. Use an integer >= 1.")
-    is_number = isinstance(init_scale, (int, float)) and init_scale >= 1
+    is_number = (
+        isinstance(init_scale, (int, float))
+        and not isinstance(init_scale, bool)
+        and 1 <= init_scale < math.inf
+    )
     if not (is_number and math.frexp(init_scale)[0] == 0.5):
         raise ConfigurationError(
             f"diagnose: init_scale={init_scale!r} is invalid. Use a power of two >= 1, as loss "
@@ -187,6 +211,7 @@ def diagnose(
     replay = {"fp32": [], "bf16": ["bf16"], "fp16": ["fp16", "bf16"]}[candidate]
     recorder = Recorder(model, limits, replay)
     params = list(model.parameters())
+    bad_loss: tuple[int, float] | None = None  # (step, value) of the first inf/NaN loss
     saved_grads = [p.grad for p in params]
     saved_buffers = [b.detach().clone() for b in model.buffers()]
     try:
@@ -197,6 +222,9 @@ def diagnose(
                 recorder.step = step
                 with torch.autocast(device.type, enabled=False):
                     loss = _check_loss(closure(), step)
+                value = float(loss.detach())  # one sync per step: the doctor is not a hot loop
+                if bad_loss is None and not math.isfinite(value):
+                    bad_loss = (step, value)
                 loss.backward()
                 if optimizer is not None:
                     optimizer.step()
@@ -222,9 +250,17 @@ def diagnose(
     }
     if candidate == "fp32":
         found = {"fp32": [f for f in found["bf16"] if f.precision == "fp32"]}
+    if bad_loss is not None and not any(f.precision == "fp32" for f in found[candidate]):
+        found = {fmt: [_loss_finding(*bad_loss), *fs] for fmt, fs in found.items()}
     order = {name: i for i, name in enumerate(states)}
-    findings = sorted(
-        found[candidate], key=lambda f: (order[f.module], f.phase != "forward", f.kind)
+    findings = sorted(  # inf/NaN the fp32 run itself made come first: nothing else matters yet
+        found[candidate],
+        key=lambda f: (
+            f.precision != "fp32",
+            order.get(f.module, -1),
+            f.phase != "forward",
+            f.kind,
+        ),
     )
     parents = {n for n in states for m in states if m != n and (n == "" or m.startswith(n + "."))}
     input_overflow = [

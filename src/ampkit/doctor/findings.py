@@ -207,6 +207,9 @@ def recommend(
 ) -> Recommendation:
     """What to train in, given the findings per format.
 
+    Nothing (``precision=None``) while the fp32 run itself makes inf/NaN: no precision fixes
+    that, and what comes after the inf/NaN could not be measured.
+
     Args:
         candidate: the precision that was diagnosed (``fp16``, ``bf16`` or ``fp32``).
         findings: ``{format: findings}`` for the candidate and, for fp16, for bf16.
@@ -219,10 +222,19 @@ def recommend(
     broken = [f for fs in findings.values() for f in fs if f.precision == "fp32"]
     notes = []
     if broken:
-        names = sorted({f.module or "(model)" for f in broken})
-        notes.append(
-            f"inf/NaN already in fp32 at {', '.join(names)}: no precision setting fixes this; "
-            "fix the computation first (see the non-finite findings)"
+        names = sorted(
+            {f.module or ("(loss)" if f.module_type == "loss" else "(model)") for f in broken}
+        )
+        return Recommendation(
+            None,
+            None,
+            (),
+            (
+                f"inf/NaN already in fp32 at {', '.join(names)}: no precision setting fixes "
+                "this; fix the computation first (see the non-finite findings), then run the "
+                "doctor again for a recommendation",
+            ),
+            hardware,
         )
 
     def problems(fmt: str) -> list[NumericsFinding]:
@@ -248,11 +260,6 @@ def recommend(
     bad16 = problems("fp16")
     if not bad16:
         clean = f"fp16 is clean for this model at loss scale {loss_scale:g}"
-        if broken:
-            clean = (
-                f"apart from the inf/NaN, fp16 adds no problem at loss scale {loss_scale:g} "
-                "(values after the inf/NaN could not be measured)"
-            )
         return Recommendation("fp16", loss_scale, (), (*notes, clean), hardware)
     where = ", ".join(sorted({f"{f.module} ({f.kind}, {f.phase})" for f in bad16}))
     if all(f.kind == "precision-loss" for f in bad16):

@@ -210,7 +210,9 @@ def write_html(report: ReportView, path: Path) -> Path:
         "<h2>Findings</h2>",
         _findings_table(report),
         "<h2>Recommendation</h2><table>",
-        f"<tr><th>precision</th><td>{html.escape(rec.precision)}</td></tr>",
+        "<tr><th>precision</th><td>"
+        + html.escape(rec.precision or "none until the inf/NaN is fixed")
+        + "</td></tr>",
         f"<tr><th>init_scale</th><td>{'' if rec.init_scale is None else f'{rec.init_scale:g}'}"
         "</td></tr>",
         "<tr><th>keep_fp32</th><td>"

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit._factory import call_factory
 from ampkit.errors import ConfigurationError, DataError
 
 __all__ = ["builtin_case", "load_factory", "load_scale_history"]
@@ -85,7 +86,7 @@ def load_factory(spec: str) -> Case:
             f"--model: {module_name} has no function {attr!r}.{hint} The factory must be a "
             "function returning (model, closure)."
         )
-    result = factory()
+    result = call_factory(factory, spec, "(model, closure)")
     if (
         not isinstance(result, tuple)
         or len(result) != 2
@@ -108,13 +109,26 @@ def load_scale_history(path: str | Path) -> tuple[dict[str, Any], ...]:
     """Rows of a ``metrics.jsonl`` (``ampkit train --out``) with step, scale, skipped and loss.
 
     Raises:
-        DataError: the file is missing, empty, not JSON lines, or lacks ``step``/``scale``.
+        DataError: the file is missing, unreadable, not UTF-8, empty, not JSON lines, or lacks
+            ``step``/``scale``.
     """
     file = Path(path)
     if not file.is_file():
         raise DataError(f"--metrics: {file} does not exist. Pass the metrics.jsonl of a run.")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"--metrics: {file} is not UTF-8 text (undecodable byte at offset {exc.start}), so "
+            "it is not a metrics.jsonl. Pass the metrics.jsonl written by `ampkit train --out DIR`."
+        ) from None
+    except OSError as exc:
+        raise DataError(
+            f"--metrics: cannot read {file} ({exc.strerror or exc}). Make it readable or pass "
+            "another metrics.jsonl."
+        ) from None
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -68,7 +68,8 @@ class Recommendation:
     """How to train this model, from what the doctor measured.
 
     Attributes:
-        precision: ``fp16``, ``bf16`` or ``fp32``: the lowest precision the numbers allow.
+        precision: ``fp16``, ``bf16`` or ``fp32``: the lowest precision the numbers allow;
+            None while the fp32 run itself makes inf/NaN (fix that first: no precision helps).
         init_scale: initial loss scale for fp16 (the scale dynamic scaling settles on for these
             gradients); None for bf16/fp32.
         keep_fp32: module names to run in fp32 (apply with :func:`ampkit.keep_fp32`).
@@ -77,7 +78,7 @@ class Recommendation:
             mixed precision is faster here at all).
     """
 
-    precision: str
+    precision: str | None
     init_scale: float | None
     keep_fp32: tuple[str, ...]
     reasons: tuple[str, ...]
@@ -85,6 +86,8 @@ class Recommendation:
 
     def snippet(self) -> str:
         """Python that applies this recommendation with :class:`ampkit.MixedPrecision`."""
+        if self.precision is None:
+            return "# nothing to apply: fix the inf/NaN the fp32 run makes, then diagnose again"
         lines = []
         if self.keep_fp32:
             lines.append(f"islands = ampkit.keep_fp32(model, {list(self.keep_fp32)!r})")

@@ -82,7 +82,11 @@ def render_text(report: ReportView) -> str:
             "findings: none: no overflow, underflow, precision loss or inf/NaN in "
             f"{report.precision}"
         )
-    out += ["", "recommendation:", f"  precision  {rec.precision}"]
+    out += [
+        "",
+        "recommendation:",
+        f"  precision  {rec.precision or 'none until the inf/NaN is fixed'}",
+    ]
     if rec.init_scale is not None:
         out.append(f"  init_scale {rec.init_scale:g}")
     out.append(f"  keep_fp32  {', '.join(rec.keep_fp32) or '(none)'}")

@@ -10,6 +10,17 @@ from ampkit.errors import ConfigurationError
 
 __all__ = ["TrainConfig"]
 
+#: The largest ``--seed`` (in absolute value) the samplers can derive their seeds from.
+_SEED_MAX = 2**32 - 1
+
+
+def _int_at_least(value: object, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
@@ -35,7 +46,10 @@ class TrainConfig:
         init_scale, growth_interval: loss-scaler settings, used only for fp16.
         checkpoint_every: write ``out/checkpoints/step-N`` every N steps (needs ``out``).
         keep_last: keep only the newest N checkpoints.
-        resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path.
+        resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path;
+            the settings recorded in the checkpoint are compared with these before any step.
+        overwrite: replace an earlier run's outputs in ``out`` (otherwise a fresh run refuses
+            a folder that holds them).
         compile: ``torch.compile`` the model.
         compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
         strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
@@ -70,41 +84,106 @@ class TrainConfig:
     strategy: str = "auto"
     keep_fp32: tuple[str, ...] = ()
     detect_nonfinite: bool = False
+    overwrite: bool = False
 
     def validate(self) -> None:
         """Raise one :class:`ConfigurationError` listing every invalid setting.
 
-        Flags are named as on the command line (``--steps``), since that is where users meet them.
+        Types are checked too (``steps=True`` or ``lr="1"`` is refused, not coerced). Flags
+        are named as on the command line (``--steps``), since that is where users meet them.
         """
         problems = [
-            f"--{name.replace('_', '-')} must be {rule}, got {value!r}"
-            for name, value, ok, rule in [
-                ("steps", self.steps, self.steps >= 1, "an integer >= 1"),
-                ("batch_size", self.batch_size, self.batch_size >= 1, "an integer >= 1"),
-                ("seq_len", self.seq_len, self.seq_len >= 1, "an integer >= 1"),
-                ("grad_accum", self.grad_accum, self.grad_accum >= 1, "an integer >= 1"),
-                ("lr", self.lr, math.isfinite(self.lr) and self.lr > 0, "a positive number"),
-                ("warmup_steps", self.warmup_steps, self.warmup_steps >= 0, "an integer >= 0"),
-                ("log_every", self.log_every, self.log_every >= 1, "an integer >= 1"),
-                (
-                    "max_grad_norm",
-                    self.max_grad_norm,
-                    self.max_grad_norm is None or self.max_grad_norm > 0,
-                    "a positive number",
-                ),
-                (
-                    "n_embd",
-                    self.n_embd,
-                    self.n_embd >= 1 and self.n_embd % max(self.n_head, 1) == 0,
-                    f"a positive multiple of --n-head ({self.n_head})",
-                ),
-            ]
+            f"--{name.replace('_', '-')} must be {rule}, got {getattr(self, name)!r}"
+            for name, ok, rule in self._checks()
             if not ok
         ]
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
+        if self.overwrite and self.resume:
+            problems.append(
+                "--overwrite (replace the earlier run) and --resume (continue it) exclude each "
+                "other"
+            )
         if problems:
             raise ConfigurationError("invalid settings: " + "; ".join(problems) + ".")
+
+    def _checks(self) -> list[tuple[str, bool, str]]:
+        """``(field, valid, rule)`` for every field."""
+        ints = {
+            name: _int_at_least(getattr(self, name), low)
+            for name, low in [
+                ("steps", 1),
+                ("batch_size", 1),
+                ("seq_len", 1),
+                ("grad_accum", 1),
+                ("warmup_steps", 0),
+                ("log_every", 1),
+                ("n_layer", 1),
+                ("n_head", 1),
+                ("growth_interval", 1),
+            ]
+        }
+        checks = [
+            (name, ok, f"an integer >= {0 if name == 'warmup_steps' else 1}")
+            for name, ok in ints.items()
+        ]
+        heads = self.n_head if ints["n_head"] else 1
+        checks += [
+            ("lr", _number(self.lr) and self.lr > 0, "a positive number"),
+            ("init_scale", _number(self.init_scale) and self.init_scale > 0, "a positive number"),
+            (
+                "weight_decay",
+                _number(self.weight_decay) and self.weight_decay >= 0,
+                "a number >= 0",
+            ),
+            (
+                "max_grad_norm",
+                self.max_grad_norm is None
+                or (_number(self.max_grad_norm) and self.max_grad_norm > 0),
+                "a positive number (0 on the command line disables clipping)",
+            ),
+            (
+                "n_embd",
+                _int_at_least(self.n_embd, 1) and self.n_embd % heads == 0,
+                f"a positive multiple of --n-head ({self.n_head})",
+            ),
+            (
+                "seed",
+                _int_at_least(self.seed, -_SEED_MAX) and self.seed <= _SEED_MAX,
+                f"an integer from -{_SEED_MAX} to {_SEED_MAX}",
+            ),
+            *(
+                (
+                    name,
+                    getattr(self, name) is None or _int_at_least(getattr(self, name), 1),
+                    "an integer >= 1",
+                )
+                for name in ("checkpoint_every", "keep_last")
+            ),
+            *(
+                (name, isinstance(getattr(self, name), bool), "True or False")
+                for name in ("compile", "detect_nonfinite", "overwrite")
+            ),
+            *(
+                (name, isinstance(getattr(self, name), str), "a string")
+                for name in ("precision", "strategy")
+            ),
+            *(
+                (
+                    name,
+                    getattr(self, name) is None or isinstance(getattr(self, name), str),
+                    "a string",
+                )
+                for name in ("device", "data", "out", "resume", "compile_mode")
+            ),
+            (
+                "keep_fp32",
+                isinstance(self.keep_fp32, (tuple, list))
+                and all(isinstance(m, str) for m in self.keep_fp32),
+                "module names",
+            ),
+        ]
+        return checks
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (recorded in ``summary.json`` and in checkpoints)."""

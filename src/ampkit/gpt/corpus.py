@@ -6,11 +6,20 @@ in sorted order: it needs no network and is the same on every machine with the s
 Batches are a pure function of ``(seed, step)``: the sample positions of step ``s`` do not
 depend on what ran before, so a resumed run and a run split across ranks see exactly the
 sequences an uninterrupted single-process run sees.
+
+A ``--data`` file is memory-mapped, not read: the tokens are the file's own bytes (``uint8``),
+paged in by the operating system as batches touch them and shared between the processes of a
+``torchrun`` job, so memory stays about the size of the file however large it is. Only each
+batch is widened to int64.
 """
 
 from __future__ import annotations
 
+import codecs
+import hashlib
+import mmap
 import os
+import stat
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,27 +63,63 @@ def stdlib_corpus_bytes(max_bytes: int = 2_000_000) -> bytes:
     return b"".join(chunks)[:max_bytes]
 
 
-def _read_text_file(path: Path) -> bytes:
-    if not path.exists():
-        raise DataError(f"--data: {path} does not exist. Pass the path of a UTF-8 text file.")
-    if not path.is_file():
-        raise DataError(f"--data: {path} is not a file. Pass the path of a UTF-8 text file.")
-    data = path.read_bytes()
-    if not data.strip():
-        raise DataError(f"--data: {path} is empty. Pass a UTF-8 text file with some text in it.")
+#: Bytes checked per slice of a mapped file (UTF-8 validation never holds more than this).
+_CHUNK = 16 << 20
+
+
+def _check_text(data: mmap.mmap, path: Path) -> None:
+    """Refuse a mapped file that is all whitespace, binary, or not UTF-8, slice by slice."""
     if b"\x00" in data[:1_000_000]:
         raise DataError(
             f"--data: {path} looks binary (it contains NUL bytes). "
             "ampkit trains on UTF-8 text; pass a text file."
         )
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    has_text = False
+    for start in range(0, len(data), _CHUNK):
+        chunk = data[start : start + _CHUNK]
+        has_text = has_text or bool(chunk.strip())
+        pending = len(decoder.getstate()[0])  # bytes of a character cut by the last slice
+        try:
+            decoder.decode(chunk, final=start + _CHUNK >= len(data))
+        except UnicodeDecodeError as exc:
+            raise DataError(
+                f"--data: {path} is not UTF-8 text (undecodable byte at offset "
+                f"{start - pending + exc.start}). Convert it to UTF-8 or pass another file."
+            ) from None
+    if not has_text:
+        raise DataError(f"--data: {path} is empty. Pass a UTF-8 text file with some text in it.")
+
+
+def _map_text_file(path: Path) -> torch.Tensor:
+    """The file's bytes as a uint8 tensor over a private (copy-on-write) memory map."""
     try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
+        info = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
         raise DataError(
-            f"--data: {path} is not UTF-8 text (undecodable byte at offset {exc.start}). "
-            "Convert it to UTF-8 or pass another file."
+            f"--data: {path} does not exist. Pass the path of a UTF-8 text file."
         ) from None
-    return data
+    except OSError as exc:
+        raise DataError(
+            f"--data: cannot read {path} ({exc.strerror or exc}). Make the file readable, or "
+            "pass another UTF-8 text file."
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise DataError(f"--data: {path} is not a file. Pass the path of a UTF-8 text file.")
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                raise DataError(
+                    f"--data: {path} is empty. Pass a UTF-8 text file with some text in it."
+                )
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    except OSError as exc:
+        raise DataError(
+            f"--data: cannot read {path} ({exc.strerror or exc}). Make the file readable, or "
+            "pass another UTF-8 text file."
+        ) from None
+    _check_text(data, path)
+    return torch.frombuffer(data, dtype=torch.uint8)  # the tensor keeps the map alive
 
 
 @dataclass(frozen=True)
@@ -82,7 +127,7 @@ class ByteCorpus:
     """A token stream of byte values (vocabulary 256) and a deterministic batch sampler.
 
     Attributes:
-        tokens: 1-D int64 tensor of byte values.
+        tokens: 1-D uint8 tensor of byte values (memory-mapped for a file); batches are int64.
         source: where the text came from, for run summaries.
     """
 
@@ -93,6 +138,10 @@ class ByteCorpus:
 
     def __len__(self) -> int:
         return int(self.tokens.numel())
+
+    def sha256(self) -> str:
+        """SHA-256 of the text: tells whether a resumed run trains on the same data."""
+        return hashlib.sha256(self.tokens.numpy()).hexdigest()
 
     def validate(self, batch_size: int, seq_len: int, world_size: int = 1) -> None:
         """Check that the corpus holds enough distinct windows for one global batch.
@@ -131,7 +180,7 @@ class ByteCorpus:
             len(self) - seq_len, (batch_size * world_size,), generator=generator
         )[rank * batch_size : (rank + 1) * batch_size]
         offsets = torch.arange(seq_len + 1)
-        windows = self.tokens[starts[:, None] + offsets]
+        windows = self.tokens[starts[:, None] + offsets].long()
         non_blocking = torch.device(device).type == "cuda"
         if non_blocking:
             windows = windows.pin_memory()
@@ -151,21 +200,18 @@ class CorpusWindows(torch.utils.data.Dataset):
         return max(0, len(self.corpus) - self.seq_len)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        window = self.corpus.tokens[index : index + self.seq_len + 1]
+        window = self.corpus.tokens[index : index + self.seq_len + 1].long()
         return window[:-1], window[1:]
 
 
 def load_corpus(path: str | Path | None = None, *, max_bytes: int = 2_000_000) -> ByteCorpus:
-    """Load ``path`` as UTF-8 text, or the built-in standard-library corpus when None.
+    """Map ``path`` as UTF-8 text, or load the built-in standard-library corpus when None.
 
     Raises:
-        DataError: the file is missing, empty, binary or not UTF-8.
+        DataError: the file is missing, unreadable, empty, binary or not UTF-8.
     """
     if path is None:
-        data = stdlib_corpus_bytes(max_bytes)
+        data = bytearray(stdlib_corpus_bytes(max_bytes))
         source = f"the Python {sysconfig.get_python_version()} standard library sources"
-    else:
-        data = _read_text_file(Path(path))
-        source = str(path)
-    tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
-    return ByteCorpus(tokens=tokens, source=source)
+        return ByteCorpus(tokens=torch.frombuffer(data, dtype=torch.uint8), source=source)
+    return ByteCorpus(tokens=_map_text_file(Path(path)), source=str(path))

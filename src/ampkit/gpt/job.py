@@ -7,24 +7,32 @@ line draws the progress bar and the summary.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ampkit._files import write_json
+from ampkit._process import launched_by_ampkit
+from ampkit.errors import ConfigurationError, StorageError
 from ampkit.gpt.config import TrainConfig
-from ampkit.gpt.corpus import CorpusWindows, load_corpus
+from ampkit.gpt.corpus import ByteCorpus, CorpusWindows, load_corpus
 from ampkit.gpt.model import GPT, GPTConfig
-from ampkit.policy import resolve_precision
+from ampkit.gpt.resume import override_lr, run_record
+from ampkit.gpt.run_folder import RunPlan, open_run_folder
+from ampkit.policy import Policy, resolve_precision
 from ampkit.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, TrainerView
 from ampkit.trainer.distributed import launched_world_size
 from ampkit.trainer.metrics import StepMetrics
 from ampkit.trainer.trainer import Trainer
 
-__all__ = ["TrainConfig", "TrainSummary", "train"]
+__all__ = ["TrainConfig", "TrainSummary", "prepare_run", "train"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,69 @@ class _Forward(Callback):
             self.function(metrics)
 
 
+class _ApplyLr(Callback):
+    """After the resume (before any step): make ``--lr`` the schedule's base learning rate."""
+
+    def __init__(self, lr: float, parts: dict[str, Any]) -> None:
+        self.lr, self.parts = lr, parts
+
+    def on_fit_start(self, trainer: TrainerView) -> None:
+        if trainer.resumed_from is not None:
+            override_lr(self.parts["optimizer"], self.parts.get("scheduler"), self.lr)
+
+
+#: Library argument names, as ``ampkit train`` spells them.
+_FLAGS = {"precision": "--precision", "device": "--device", "keep_fp32": "--keep-fp32"}
+
+
+@contextmanager
+def _spoken_as_flags() -> Iterator[None]:
+    """Re-raise a ConfigurationError of the library (``precision: ...``) with the flag's name
+    (``--precision: ...``): the command line's users meet flags, not arguments."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        head, sep, rest = str(exc).partition(": ")
+        if not sep or head not in _FLAGS:
+            raise
+        raise type(exc)(f"{_FLAGS[head]}: {rest}") from exc
+
+
+def _resolve(config: TrainConfig, world_size: int) -> tuple[ByteCorpus, Policy]:
+    """Check the settings, the device and precision, and the data for ``world_size``
+    processes."""
+    config.validate()
+    with _spoken_as_flags():
+        policy = resolve_precision(config.precision, config.device)
+    corpus = load_corpus(config.data)
+    corpus.validate(config.batch_size, config.seq_len, world_size=world_size)
+    return corpus, policy
+
+
+@contextmanager
+def prepare_run(
+    config: TrainConfig, world_size: int, *, lock_shared_with: int | None = None
+) -> Iterator[RunPlan]:
+    """Check everything a run needs before any process trains, and hold ``--out``.
+
+    The ``--nproc`` launcher calls this before starting torchrun, so a bad setting is refused
+    once instead of once per rank; the lock on ``--out`` is held until the ``with`` ends.
+
+    Raises:
+        ConfigurationError, DataError, CheckpointError, RunInUseError, StorageError: as
+            :func:`train`.
+    """
+    corpus, policy = _resolve(config, world_size)
+    with open_run_folder(
+        config,
+        is_main=True,
+        data_sha256=functools.cache(corpus.sha256),
+        precision=policy.precision,
+        lock_shared_with=lock_shared_with,
+    ) as plan:
+        yield plan
+
+
 def train(
     config: TrainConfig,
     callbacks: Sequence[Callback | Callable[[StepMetrics], None]] = (),
@@ -79,18 +150,42 @@ def train(
 
     ``callbacks`` are :class:`~ampkit.Callback` objects, or plain functions that get every
     logged step's :class:`StepMetrics` (rank 0 only). Under ``torchrun`` every process runs
-    this; ``batch_size`` is per process.
+    this; ``batch_size`` is per process. With ``out``, rank 0 locks the folder for the run
+    (:mod:`ampkit.gpt.run_folder`), and every checkpoint records the settings, which a resume
+    compares with its own (:mod:`ampkit.gpt.resume`).
 
     Raises:
-        ConfigurationError: invalid settings, or a precision the device cannot run.
-        DataError: the data file is missing, empty, binary, or too small for the batch.
-        CheckpointError: ``resume`` names a missing, corrupt or mismatched checkpoint.
-        NonFiniteTrainingError: fp16 gradients stayed inf/NaN at the minimum loss scale.
+        ConfigurationError: invalid settings, a precision the device cannot run, an ``out``
+            that cannot be created or holds an earlier run, or a resume with other settings.
+        DataError: the data file is missing, unreadable, empty, binary, or too small.
+        CheckpointError: ``resume`` names a missing, corrupt or mismatched checkpoint, or
+            ``resume="auto"`` finds no valid one but an earlier run's outputs.
+        RunInUseError: another run holds ``out``.
+        StorageError: the disk is full (or read-only) where an output is written.
+        NonFiniteTrainingError: the fp32/bf16 loss became inf/NaN, or fp16 gradients stayed
+            inf/NaN at the minimum loss scale.
     """
-    config.validate()
-    corpus = load_corpus(config.data)
     world = launched_world_size()
-    corpus.validate(config.batch_size, config.seq_len, world_size=world)
+    corpus, policy = _resolve(config, world)
+    digest = functools.cache(corpus.sha256)
+    with open_run_folder(
+        config,
+        is_main=os.environ.get("RANK", "0") == "0",
+        data_sha256=digest,
+        precision=policy.precision,
+        lock_shared_with=launched_by_ampkit(),
+    ) as plan:
+        return _train(config, callbacks, corpus, policy, plan, digest)
+
+
+def _train(
+    config: TrainConfig,
+    callbacks: Sequence[Callback | Callable[[StepMetrics], None]],
+    corpus: ByteCorpus,
+    policy: Policy,
+    plan: RunPlan,
+    digest: Callable[[], str],
+) -> TrainSummary:
     torch.manual_seed(config.seed)
     model = GPT(
         GPTConfig(
@@ -103,40 +198,54 @@ def train(
     )
     out = Path(config.out) if config.out else None
     scaler = None
-    if resolve_precision(config.precision, config.device).uses_scaler:
+    if policy.uses_scaler:
         scaler = LossScaler(init_scale=config.init_scale, growth_interval=config.growth_interval)
-    trainer = Trainer(
-        model,
-        lambda params: torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay),
-        scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, _warmup(config.warmup_steps)),
-        max_steps=config.steps,
-        precision=config.precision,
-        device=config.device,
-        grad_accum_steps=config.grad_accum,
-        max_grad_norm=config.max_grad_norm,
-        batch_size=config.batch_size,
-        seed=config.seed,
-        checkpoint_dir=out / "checkpoints"
-        if out and (config.checkpoint_every or config.resume)
-        else None,
-        checkpoint_every=config.checkpoint_every,
-        keep_last=config.keep_last,
-        resume=config.resume,
-        compile=config.compile,
-        compile_mode=config.compile_mode,
-        strategy=config.strategy,
-        callbacks=[
-            *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
-            *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
-            *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
-        ],
-        keep_fp32=config.keep_fp32,
-        log_every=config.log_every,
-        metrics_file=out / "metrics.jsonl" if out else None,
-        final_weights=out / "model.safetensors" if out else None,
-        tokens_per_sample=config.seq_len,
-        scaler=scaler,
-    )
+    parts: dict[str, Any] = {}
+
+    def make_optimizer(params: Any) -> torch.optim.Optimizer:
+        parts["optimizer"] = torch.optim.AdamW(
+            params, lr=config.lr, weight_decay=config.weight_decay
+        )
+        return parts["optimizer"]
+
+    def make_scheduler(opt: torch.optim.Optimizer) -> Any:
+        parts["scheduler"] = torch.optim.lr_scheduler.LambdaLR(opt, _warmup(config.warmup_steps))
+        return parts["scheduler"]
+
+    checkpoints = out / "checkpoints" if out and (config.checkpoint_every or plan.resume) else None
+    with _spoken_as_flags():  # keep_fp32 names are checked here
+        trainer = Trainer(
+            model,
+            make_optimizer,
+            scheduler=make_scheduler,
+            max_steps=config.steps,
+            precision=config.precision,
+            device=config.device,
+            grad_accum_steps=config.grad_accum,
+            max_grad_norm=config.max_grad_norm,
+            batch_size=config.batch_size,
+            seed=config.seed,
+            checkpoint_dir=checkpoints,
+            checkpoint_every=config.checkpoint_every,
+            keep_last=config.keep_last,
+            resume=plan.resume,
+            compile=config.compile,
+            compile_mode=config.compile_mode,
+            strategy=config.strategy,
+            callbacks=[
+                *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
+                *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
+                *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
+                *([_ApplyLr(config.lr, parts)] if plan.saved_lr is not None else []),
+            ],
+            keep_fp32=config.keep_fp32,
+            log_every=config.log_every,
+            metrics_file=out / "metrics.jsonl" if out else None,
+            final_weights=out / "model.safetensors" if out else None,
+            tokens_per_sample=config.seq_len,
+            scaler=scaler,
+            run_config=run_record(config, digest()) if checkpoints else None,
+        )
     result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(
         precision=result.precision,
@@ -155,10 +264,18 @@ def train(
         peak_memory_kind=result.peak_memory_kind,
         out=str(out) if out else None,
         resumed_from=result.resumed_from,
-        notes=result.notes,
+        notes=[*plan.notes, *result.notes],
         scale_history=result.scale_history,
         config=config.to_dict(),
     )
     if out and trainer.is_main:
-        write_json(out / "summary.json", summary.to_dict())
+        try:
+            write_json(out / "summary.json", summary.to_dict())
+        except OSError as exc:
+            raise StorageError.from_os_error(
+                exc,
+                str(out / "summary.json"),
+                "Training finished and model.safetensors was written; the summary is also in "
+                "the output above.",
+            ) from None
     return summary

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ampkit.errors import ConfigurationError
+
 __all__ = ["GPT", "GPTConfig"]
 
 
@@ -30,6 +32,10 @@ class GPTConfig:
         n_head: attention heads per block; must divide ``n_embd``.
         n_embd: width of the residual stream.
         dropout: dropout probability (0 keeps runs deterministic).
+
+    Raises:
+        ConfigurationError: a size is not an integer >= 1, ``dropout`` is not in [0, 1), or
+            ``n_embd`` is not a multiple of ``n_head``.
     """
 
     vocab_size: int = 256
@@ -40,8 +46,18 @@ class GPTConfig:
     dropout: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(
+                    f"GPTConfig: {name}={value!r} is invalid. It must be an integer >= 1."
+                )
+        if isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
+            raise ConfigurationError(
+                f"GPTConfig: dropout={self.dropout!r} is invalid. Use a number in [0, 1)."
+            )
         if self.n_embd % self.n_head:
-            raise ValueError(
+            raise ConfigurationError(
                 f"GPTConfig: n_embd={self.n_embd} is not divisible by n_head={self.n_head}. "
                 "Pick n_embd as a multiple of n_head."
             )

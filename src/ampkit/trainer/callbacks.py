@@ -8,11 +8,13 @@ rank; check ``trainer.is_main`` before writing anything. Hooks see the trainer t
 from __future__ import annotations
 
 import json
+import logging
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ampkit._files import atomic_write
-from ampkit.errors import ConfigurationError
+from ampkit._files import append_record, atomic_write
+from ampkit.errors import ConfigurationError, DataError, StorageError
 from ampkit.trainer.metrics import StepMetrics
 from ampkit.trainer.result import FitResult
 
@@ -29,6 +31,8 @@ __all__ = [
     "TensorBoard",
     "TrainerView",
 ]
+
+log = logging.getLogger("ampkit")
 
 
 class TrainerView(Protocol):
@@ -95,12 +99,22 @@ class MetricsFile(Callback):
 
     A fresh run refuses to overwrite an existing non-empty file; a resumed run keeps the rows
     up to the resumed step (rows written after the checkpoint, before a crash, are dropped,
-    atomically) and appends after them.
+    atomically) and appends after them. A torn last line (a row cut short by a crash or a full
+    disk, written by an older version) is dropped on resume with a warning; damage anywhere
+    else stops the resume.
+
+    Each row is appended with a single ``write`` of the whole line and cut back if the disk
+    fills up half-way (:func:`ampkit._files.append_record`), so the file only ever holds whole
+    rows; it is fsynced at every checkpoint and when training ends.
+
+    Attributes:
+        dropped: what the resume dropped from the file (empty when nothing), for run notes.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._file: Any = None
+        self._fd: int | None = None
+        self.dropped: list[str] = []
 
     def on_fit_start(self, trainer: TrainerView) -> None:
         if not trainer.is_main:
@@ -122,24 +136,71 @@ class MetricsFile(Callback):
                     f"overwritten. {fix}"
                 )
         elif self.path.exists():
-            kept = [
-                line
-                for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= trainer.step
-            ]
-            atomic_write(self.path, "".join(line + "\n" for line in kept))
+            self._keep_rows_up_to(trainer.step)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+        try:
+            self._fd = os.open(self.path, flags, 0o644)
+        except OSError as exc:
+            raise StorageError.from_os_error(exc, str(self.path)) from None
+
+    def _keep_rows_up_to(self, step: int) -> None:
+        """Rewrite the file with the rows of steps <= ``step`` (atomically)."""
+        data = self.path.read_bytes()
+        lines = data.split(b"\n")
+        tail = lines.pop()  # b"" when the file ends with a newline
+        if tail.strip():  # the last row never got its newline: cut short
+            self.dropped.append(f"a torn last row ({len(tail)} bytes) of {self.path}")
+        kept = []
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                if number == len(lines) and not tail.strip():  # a torn row, newline and all
+                    self.dropped.append(f"a torn last row ({len(line)} bytes) of {self.path}")
+                    continue
+                raise DataError(
+                    f"metrics: line {number} of {self.path} is not JSON, and only a torn last "
+                    "line is repaired on resume. Move the file away (its rows are then not "
+                    "kept) and resume again."
+                ) from None
+            if not isinstance(row, dict) or row.get("step", 0) <= step:
+                kept.append(line + b"\n")
+        for message in self.dropped:
+            log.warning("resume dropped %s", message)
+        try:
+            atomic_write(self.path, b"".join(kept))
+        except OSError as exc:
+            raise StorageError.from_os_error(
+                exc, str(self.path), "The file is unchanged; free some space and resume again."
+            ) from None
 
     def on_log(self, trainer: TrainerView, metrics: StepMetrics) -> None:
-        if self._file is not None:
-            self._file.write(metrics.to_json() + "\n")
-            self._file.flush()
+        if self._fd is None:
+            return
+        try:
+            append_record(self._fd, (metrics.to_json() + "\n").encode())
+        except OSError as exc:
+            raise StorageError.from_os_error(
+                exc,
+                f"step {metrics.step}'s row to {self.path}",
+                "The rows written before it are intact; free some space, then continue the "
+                "run from its last checkpoint.",
+            ) from None
+
+    def on_checkpoint(self, trainer: TrainerView, path: Path) -> None:
+        if self._fd is not None:
+            os.fsync(self._fd)  # the rows up to the checkpoint's step survive a power cut
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
 class ProgressBar(Callback):

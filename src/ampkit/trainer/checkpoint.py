@@ -80,6 +80,8 @@ class TrainingParts:
         batch_size: samples per micro-batch per process when the Trainer builds the loader
             (None otherwise); with the world size it turns the data position into samples.
         seed: the run's seed; re-seeds the RNG of a rank whose state cannot carry over.
+        run_config: the run's settings, recorded as ``config`` in every checkpoint's manifest
+            (None: not recorded).
     """
 
     model: nn.Module
@@ -91,6 +93,7 @@ class TrainingParts:
     sharded: bool = False
     batch_size: int | None = None
     seed: int = 0
+    run_config: dict[str, Any] | None = None
 
 
 def _full_options(**kwargs: Any) -> Any:
@@ -134,6 +137,7 @@ def manifest_metadata(parts: TrainingParts, state: dict[str, Any]) -> dict[str, 
         "strategy": "fsdp" if parts.sharded else "replicated",
         "batch_size": parts.batch_size,
         "samples_consumed": state[DATA]["samples_consumed"],
+        **({"config": parts.run_config} if parts.run_config is not None else {}),
     }
 
 

@@ -161,8 +161,8 @@ def commit_checkpoint(
     and rename the folder into place. On any failure the temporary folder is removed.
 
     Raises:
-        CheckpointError: the disk is full, or the files in ``tmp`` are not those ``layout``
-            requires.
+        StorageError: the disk is full.
+        CheckpointError: the files in ``tmp`` are not those ``layout`` requires.
     """
     tmp = Path(tmp)
     final = tmp.parent / tmp.name.rsplit(".tmp-", 1)[0]
@@ -211,8 +211,8 @@ def save_checkpoint(
     Raises:
         NonFiniteWeightsError: a weight holds inf/NaN; nothing is written.
         CheckpointError: a valid checkpoint of this step already exists (it is never
-            overwritten; a damaged one is renamed to ``step-N.corrupt-<time>`` and kept), or
-            the disk is full (the temporary folder is removed).
+            overwritten; a damaged one is renamed to ``step-N.corrupt-<time>`` and kept).
+        StorageError: the disk is full (the temporary folder is removed).
     """
     refuse_nonfinite(nonfinite_names(weights), Path(folder) / f"step-{step:08d}")
     data, aliases = weights_bytes(weights)

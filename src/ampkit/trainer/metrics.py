@@ -113,6 +113,14 @@ class Throughput:
         self._interval_start = time.perf_counter()
         return metrics
 
+    def interval_loss_finite(self) -> bool:
+        """Whether the loss summed since the last row is finite. One GPU sync; collective
+        when ``world_size > 1`` (every rank gets the same answer)."""
+        total = self._loss_sum.clone()
+        if self.world_size > 1:
+            dist.all_reduce(total)
+        return bool(torch.isfinite(total))
+
     @property
     def wall_s(self) -> float:
         """Seconds since the bookkeeping started."""

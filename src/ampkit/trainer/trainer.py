@@ -12,6 +12,7 @@
             with mp.accumulate(model), mp.autocast(): loss = batch_loss(model, batch)
             mp.backward(loss); result = mp.step(optimizer, scheduler)
             if the window ended: [on_step_end]; log [on_log]; checkpoint [on_checkpoint]
+            fp32/bf16: a non-finite loss at a logged or checkpoint step stops training
     [on_fit_end] (or [on_exception] when it raised); [close]; destroy the process group
 
 Batch convention: see :mod:`ampkit.trainer.data`.
@@ -20,7 +21,8 @@ Batch convention: see :mod:`ampkit.trainer.data`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,12 @@ from torch import nn
 
 from ampkit._tree import to_device
 from ampkit.engine import MixedPrecision, StepResult
-from ampkit.errors import CheckpointError, ConfigurationError
+from ampkit.errors import (
+    CheckpointError,
+    ConfigurationError,
+    NonFiniteTrainingError,
+    StorageError,
+)
 from ampkit.policy import resolve_device
 from ampkit.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, MetricsFile
@@ -114,6 +121,13 @@ class Trainer:
         tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
         scaler: a configured :class:`~ampkit.LossScaler` for fp16 (default: one with the
             standard settings); refused under bf16/fp32, which need no loss scaling.
+        run_config: the run's settings (JSON-ready), recorded as ``config`` in every
+            checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
+
+    ``fit`` stops with :class:`~ampkit.NonFiniteTrainingError` when the fp32/bf16 training
+    loss is inf/NaN at a logged step or a checkpoint step (the weights are then no longer
+    finite): no checkpoint and no final weights are written after it, so the last checkpoint
+    stays the last finite one. Under fp16 the loss scaler skips such steps instead.
 
     Raises:
         ConfigurationError: an invalid setting, a precision the hardware cannot run, an
@@ -154,6 +168,7 @@ class Trainer:
         keep_fp32: Sequence[str | type[nn.Module]] = (),
         tokens_per_sample: int | None = None,
         scaler: LossScaler | None = None,
+        run_config: Mapping[str, Any] | None = None,
     ) -> None:
         for name, value, optional in [
             ("max_steps", max_steps, False),
@@ -235,6 +250,7 @@ class Trainer:
         ]
         self.log_every, self.tokens_per_sample = log_every, tokens_per_sample
         self.final_weights = Path(final_weights) if final_weights else None
+        self.run_config = dict(run_config) if run_config is not None else None
         self.fp32_islands = None
         if keep_fp32:  # validated now, before any step; the hooks live as long as the model
             from ampkit.fp32_islands import keep_fp32 as make_islands
@@ -245,6 +261,7 @@ class Trainer:
         self.notes: list[str] = []
         self.saved: list[str] = []
         self.resumed_from: Path | None = None
+        self._row_start = 1  # the first step of the interval the next logged row covers
 
     # -- properties ------------------------------------------------------------------------
 
@@ -300,6 +317,7 @@ class Trainer:
             sharded=self.strategy == "fsdp" and self.dist.distributed,
             batch_size=self.batch_size,
             seed=self.seed,
+            run_config=self.run_config,
         )
         if self.checkpoint_dir is not None:
             layout = self.checkpoint_layout
@@ -387,6 +405,12 @@ class Trainer:
                 self._resume()
                 for callback in self.callbacks:
                     callback.on_fit_start(self)
+                self.notes.extend(
+                    f"resume dropped {what}"
+                    for callback in self.callbacks
+                    if isinstance(callback, MetricsFile)
+                    for what in callback.dropped
+                )
                 result = self._loop(train_data)
                 if self.final_weights is not None:
                     self._write_final_weights(self.final_weights)
@@ -417,6 +441,7 @@ class Trainer:
             grad_accum_steps=self.mp.grad_accum_steps,
             tokens_per_sample=self.tokens_per_sample,
         )
+        self._row_start = self.state.step + 1
         batches = self._batches(train_data) if self.state.step < self.max_steps else ()
         self._in_loop = True
         for batch in batches:
@@ -444,7 +469,8 @@ class Trainer:
         """Callbacks, the logged row and the checkpoint of one finished optimizer step."""
         for callback in self.callbacks:
             callback.on_step_end(self, result)
-        if self.state.step % self.log_every == 0 or done:
+        logged = self.state.step % self.log_every == 0 or done
+        if logged:
             metrics = meter.row(
                 step=self.state.step,
                 lr=self._parts().optimizer.param_groups[0]["lr"],
@@ -453,10 +479,41 @@ class Trainer:
                 grad_norm=result.grad_norm,
             )
             for callback in self.callbacks:
-                callback.on_log(self, metrics)
+                callback.on_log(self, metrics)  # the row with the inf/NaN is logged, then we stop
+            if self._watch_loss and not math.isfinite(metrics.loss):
+                raise self._nonfinite_loss(metrics.loss)
+            self._row_start = self.state.step + 1
         every = self.checkpoint_every
         if self.checkpoint_dir and ((every and self.state.step % every == 0) or done):
+            if self._watch_loss and not logged and not meter.interval_loss_finite():
+                raise self._nonfinite_loss(math.nan)  # one sync per checkpoint, never a NaN one
             self.save_checkpoint()
+
+    @property
+    def _watch_loss(self) -> bool:
+        """fp32/bf16 apply inf/NaN gradients; fp16's loss scaler skips those steps instead."""
+        return not self.mp.policy.uses_scaler
+
+    def _nonfinite_loss(self, value: float) -> NonFiniteTrainingError:
+        first, step = self._row_start, self.state.step
+        when = (
+            f"at step {step}"
+            if first >= step
+            else f"by step {step} (mean over steps {first}-{step})"
+        )
+        kept = self.saved[-1] if self.saved else self.resumed_from
+        after = (
+            f"the last checkpoint, {kept}, holds the weights from before. Lower the learning "
+            "rate, clip the gradient norm or check the data, then resume from it or start again."
+            if kept
+            else "no checkpoint of this run holds finite weights. Lower the learning rate, clip "
+            "the gradient norm or check the data, then start again."
+        )
+        return NonFiniteTrainingError(
+            f"training: the {self.mp.policy.precision} training loss became non-finite "
+            f"({value}) {when}, so the weights are no longer finite. Training stopped without "
+            f"writing them; {after}"
+        )
 
     def _result(self, meter: Throughput) -> FitResult:
         wall, rate = meter.overall()
@@ -509,7 +566,14 @@ class Trainer:
     def _write_final_weights(self, path: Path) -> None:
         weights = full_weights(self._parts())  # collective under FSDP2: every rank takes part
         if self.is_main:
-            save_weights(path, weights, metadata={"precision": self.mp.policy.precision})
+            try:
+                save_weights(path, weights, metadata={"precision": self.mp.policy.precision})
+            except StorageError:
+                raise
+            except OSError as exc:
+                raise StorageError.from_os_error(
+                    exc, str(path), "Training finished; its last checkpoint (if any) is intact."
+                ) from None
 
     @torch.no_grad()
     def evaluate(self, data: Iterable[Any]) -> float:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ampkit._files import atomic_write, is_disk_full
-from ampkit.errors import CheckpointError, NonFiniteWeightsError
+from ampkit.errors import CheckpointError, NonFiniteWeightsError, StorageError
 
 __all__ = [
     "disk_full_error",
@@ -35,12 +35,12 @@ __all__ = [
 ALIASES_KEY = "ampkit.aliases"
 
 
-def disk_full_error(exc: BaseException, target: str | Path) -> CheckpointError | None:
-    """A one-line :class:`CheckpointError` when ``exc`` is a full disk (or quota) while
+def disk_full_error(exc: BaseException, target: str | Path) -> StorageError | None:
+    """A one-line :class:`~ampkit.StorageError` when ``exc`` is a full disk (or quota) while
     writing ``target``; None for any other error."""
     if not is_disk_full(exc):
         return None
-    return CheckpointError(
+    return StorageError(
         f"checkpoint: the disk is full while writing {target} (no space left on device); "
         "nothing was kept of this write. Free space there, lower keep_last (--keep-last), or "
         "write to another disk."
@@ -153,7 +153,7 @@ def save_weights(
 
     Raises:
         NonFiniteWeightsError: a weight holds inf/NaN (nothing is written).
-        CheckpointError: the disk is full (nothing is left behind).
+        StorageError: the disk is full (nothing is left behind).
     """
     target = Path(path)
     refuse_nonfinite(nonfinite_names(weights), target)

@@ -1,0 +1,176 @@
+"""What a :class:`~ampkit.LossScaler` accepts: its settings, and the state it loads.
+
+One table of rules, used twice: by the constructor on its arguments (raising
+``ConfigurationError``) and by ``load_state_dict`` on a checkpoint's values (raising
+``ScalerStateError``), so that a state the constructor would refuse (a NaN scale, which makes
+fp16 skip every step forever) cannot be loaded either. The checks return the first problem
+as ``(name, value, allowed)`` and raise nothing themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["STATE_KEYS", "settings_problem", "state_problem"]
+
+Problem = tuple[str, object, str]
+
+#: The keys of ``LossScaler.state_dict()`` (enabled scaler).
+STATE_KEYS = (
+    "scale",
+    "growth_tracker",
+    "hysteresis_left",
+    "steps",
+    "skipped_steps",
+    "consecutive_skips",
+    "skips_at_min_scale",
+    "scale_history",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "min_scale",
+    "max_scale",
+    "hysteresis",
+)
+
+
+def _int(value: object, low: int, high: float = math.inf) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def settings_problem(
+    *,
+    growth_factor: object,
+    backoff_factor: object,
+    growth_interval: object,
+    hysteresis: object,
+    min_scale: object,
+    max_scale: object,
+    scale: object,
+    scale_name: str = "init_scale",
+    max_skips_at_min_scale: object = None,
+    history_size: object = 1,
+    enabled: object = True,
+) -> Problem | None:
+    """The first setting out of range, as ``(name, value, allowed)``, or None."""
+    low = min_scale if _real(min_scale) and min_scale > 0 else None
+    high = max_scale if low is not None and _real(max_scale) and max_scale >= low else None
+    rules: list[tuple[str, object, bool, str]] = [
+        ("enabled", enabled, isinstance(enabled, bool), "True or False"),
+        (
+            "growth_factor",
+            growth_factor,
+            _real(growth_factor) and growth_factor > 1,
+            "a finite number > 1 (e.g. 2.0)",
+        ),
+        (
+            "backoff_factor",
+            backoff_factor,
+            _real(backoff_factor) and 0 < backoff_factor < 1,
+            "in (0, 1), e.g. 0.5",
+        ),
+        ("growth_interval", growth_interval, _int(growth_interval, 1), "an integer >= 1"),
+        (
+            "hysteresis",
+            hysteresis,
+            _int(hysteresis, 1),
+            "an integer >= 1 (1 backs off on every overflow)",
+        ),
+        ("min_scale", min_scale, low is not None, "a finite number > 0"),
+        ("max_scale", max_scale, high is not None, f"finite and >= min_scale ({min_scale})"),
+        (
+            scale_name,
+            scale,
+            _real(scale) and low is not None and high is not None and low <= scale <= high,
+            f"within [min_scale, max_scale] = [{min_scale}, {max_scale}]",
+        ),
+        (
+            "max_skips_at_min_scale",
+            max_skips_at_min_scale,
+            max_skips_at_min_scale is None or _int(max_skips_at_min_scale, 1),
+            "None or an integer >= 1",
+        ),
+        ("history_size", history_size, _int(history_size, 1), "an integer >= 1"),
+    ]
+    for name, value, ok, allowed in rules:
+        if not ok:
+            return name, value, allowed
+    return None
+
+
+def state_problem(state: Mapping[str, Any]) -> Problem | None:
+    """The first key of an enabled scaler's state that is missing or out of range, or None.
+
+    Settings follow :func:`settings_problem` (the scale takes ``init_scale``'s rule); the
+    counters must be integers that fit together (``skipped_steps <= steps``, a growth tracker
+    below ``growth_interval``, ...) and the history ``[step, scale]`` pairs.
+    """
+    missing = [key for key in STATE_KEYS if key not in state]
+    if missing:
+        return missing[0], None, "present"
+    found = settings_problem(
+        growth_factor=state["growth_factor"],
+        backoff_factor=state["backoff_factor"],
+        growth_interval=state["growth_interval"],
+        hysteresis=state["hysteresis"],
+        min_scale=state["min_scale"],
+        max_scale=state["max_scale"],
+        scale=state["scale"],
+        scale_name="scale",
+    )
+    if found:
+        return found
+    steps = state["steps"]
+    rules: list[tuple[str, bool, str]] = [
+        ("steps", _int(steps, 0), "an integer >= 0"),
+        (
+            "skipped_steps",
+            _int(steps, 0) and _int(state["skipped_steps"], 0, steps),
+            f"an integer in [0, steps={steps}]",
+        ),
+        (
+            "consecutive_skips",
+            _int(state["skipped_steps"], 0)
+            and _int(state["consecutive_skips"], 0, state["skipped_steps"]),
+            "an integer in [0, skipped_steps]",
+        ),
+        (
+            "skips_at_min_scale",
+            _int(state["consecutive_skips"], 0)
+            and _int(state["skips_at_min_scale"], 0, state["consecutive_skips"]),
+            "an integer in [0, consecutive_skips]",
+        ),
+        (
+            "growth_tracker",
+            _int(state["growth_tracker"], 0, state["growth_interval"] - 1),
+            f"an integer in [0, growth_interval) = [0, {state['growth_interval']})",
+        ),
+        (
+            "hysteresis_left",
+            _int(state["hysteresis_left"], 1, state["hysteresis"]),
+            f"an integer in [1, hysteresis={state['hysteresis']}]",
+        ),
+        (
+            "scale_history",
+            isinstance(state["scale_history"], (list, tuple))
+            and all(
+                isinstance(item, (list, tuple))
+                and len(item) == 2
+                and _int(item[0], 0)
+                and _real(item[1])
+                and item[1] > 0
+                for item in state["scale_history"]
+            ),
+            "a list of [step, scale] pairs (step an integer >= 0, scale a finite number > 0)",
+        ),
+    ]
+    for name, ok, allowed in rules:
+        if not ok:
+            return name, state[name], allowed
+    return None

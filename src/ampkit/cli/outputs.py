@@ -1,0 +1,56 @@
+"""Files named by flags (``--json``, ``--html``, ``--plot``): checked before the work starts,
+so a bad path fails in a second rather than after a long diagnosis or benchmark, and written
+with one-line errors."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ampkit.errors import ConfigurationError, StorageError
+
+__all__ = ["check_output", "writing"]
+
+
+def check_output(path: str | None, flag: str, *, creates_folders: bool = False) -> None:
+    """Refuse an output path that cannot be written: a folder, a path inside a file, a
+    missing folder (unless the writer creates folders) or a read-only one.
+
+    Raises:
+        ConfigurationError: the path cannot be written; the message names ``flag``.
+    """
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise ConfigurationError(
+            f"{flag}: {target} is a folder. Pass a file path, e.g. {target / target.name}."
+        )
+    folder = target.parent
+    while creates_folders and not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.exists():
+        raise ConfigurationError(
+            f"{flag}: cannot write {target}: the folder {folder} does not exist. Create it or "
+            "pass another path."
+        )
+    if not folder.is_dir():
+        raise ConfigurationError(
+            f"{flag}: cannot write {target}: {folder} is a file, not a folder. Pass another path."
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigurationError(
+            f"{flag}: cannot write {target}: the folder {folder} is not writable. Pass a path "
+            "you can write to."
+        )
+
+
+@contextmanager
+def writing(path: str, flag: str) -> Iterator[None]:
+    """Turn an ``OSError`` while writing ``path`` into a one-line :class:`StorageError`."""
+    try:
+        yield
+    except OSError as exc:
+        raise StorageError.from_os_error(exc, f"{flag} {path}") from None

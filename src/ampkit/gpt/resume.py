@@ -1,0 +1,143 @@
+"""What a resumed ``ampkit train`` may change: the settings recorded in a checkpoint, compared
+with the command's, and the one change that is applied (``--lr``).
+
+Every checkpoint of ``ampkit train`` records the run's :class:`TrainConfig` (and the SHA-256
+of its text) as ``config`` in its manifest. On resume:
+
+* settings that do not change what a step computes may differ freely (:data:`FREE`);
+* ``--lr`` may differ and is applied: the scheduler's base learning rate becomes the new one
+  and the schedule continues where it was (:func:`override_lr`); the run says so in its notes;
+* any other difference is refused before a step is taken, with one line listing them all.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from ampkit._files import json_safe
+from ampkit.errors import ConfigurationError
+from ampkit.gpt.config import TrainConfig
+
+__all__ = ["APPLIED", "FREE", "check_resume_config", "override_lr", "run_record"]
+
+#: Settings a resumed run may change: where and how often it writes, how long it runs, how
+#: the same computation is executed.
+FREE = frozenset(
+    {
+        "steps",
+        "out",
+        "log_every",
+        "checkpoint_every",
+        "keep_last",
+        "resume",
+        "overwrite",
+        "compile",
+        "compile_mode",
+        "strategy",
+        "device",
+        "detect_nonfinite",
+        "precision",  # compared as resolved (fp32, bf16, fp16), not as spelled
+        "data",  # compared by content (data_sha256) when recorded
+    }
+)
+#: Settings a resumed run may change, applied on resume and reported.
+APPLIED = frozenset({"lr"})
+#: Loss-scaler settings: restored from the checkpoint under fp16, unused otherwise.
+_SCALER = frozenset({"init_scale", "growth_interval"})
+
+
+def run_record(config: TrainConfig, data_sha256: str) -> dict[str, Any]:
+    """The settings recorded in each checkpoint: the config and the text's SHA-256."""
+    return {**json_safe(config.to_dict()), "data_sha256": data_sha256}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _shown(name: str, value: Any) -> str:
+    if name == "max_grad_norm" and value is None:
+        return "0"
+    if name == "data" and value is None:
+        return "(the built-in corpus)"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value) or "(none)"
+    return str(value)
+
+
+def check_resume_config(
+    saved: Mapping[str, Any] | None,
+    config: TrainConfig,
+    *,
+    data_sha256: str,
+    precision: str,
+    saved_precision: str | None,
+    checkpoint: str,
+) -> list[str]:
+    """Compare the settings recorded in ``checkpoint`` with this run's; return notes.
+
+    Args:
+        saved: the checkpoint's ``config`` record (None: an older checkpoint without one).
+        config: this run's settings.
+        data_sha256: SHA-256 of this run's text.
+        precision, saved_precision: the resolved precision now and in the checkpoint.
+        checkpoint: the checkpoint's path, for messages.
+
+    Raises:
+        ConfigurationError: a setting outside :data:`FREE` and :data:`APPLIED` differs; the
+            message lists every difference as flags.
+    """
+    notes: list[str] = []
+    differences: list[str] = []
+    if saved_precision is not None and saved_precision != precision:
+        differences.append(f"--precision {saved_precision} (now {precision})")
+    if saved is None:
+        notes.append(
+            f"{checkpoint} records no settings (written by an older ampkit): only the "
+            "precision, model shape and world size were checked"
+        )
+        return notes
+    current = json.loads(json.dumps(json_safe(config.to_dict())))
+    uses_scaler = precision == "fp16"
+    for name, now in current.items():
+        if name in FREE or name in APPLIED or name not in saved:
+            continue
+        if name in _SCALER and not uses_scaler:
+            continue
+        if saved[name] != now:
+            differences.append(
+                f"{_flag(name)} {_shown(name, saved[name])} (now {_shown(name, now)})"
+            )
+    recorded = saved.get("data_sha256")
+    if recorded is not None and recorded != data_sha256:
+        differences.append(
+            f"--data {_shown('data', saved.get('data'))} (now {_shown('data', config.data)}, "
+            "whose contents differ)"
+        )
+    if differences:
+        raise ConfigurationError(
+            f"--resume: {checkpoint} was trained with other settings: "
+            f"{', '.join(differences)}. Resume with the settings it was trained with "
+            "(--steps, --lr and the logging and checkpoint flags may change), or start a new "
+            "run with --overwrite or another --out."
+        )
+    if "lr" in saved and saved["lr"] != current["lr"]:
+        notes.append(
+            f"--lr {current['lr']:g} replaces the {saved['lr']:g} the run was started with: "
+            "the learning-rate schedule continues from the checkpoint with the new peak"
+        )
+    return notes
+
+
+def override_lr(optimizer: Any, scheduler: Any, lr: float) -> None:
+    """Make ``lr`` the base learning rate of every parameter group, keeping the schedule's
+    current factor (``lr_now / base_lr``), so the schedule continues with the new peak."""
+    bases = list(getattr(scheduler, "base_lrs", None) or [g["lr"] for g in optimizer.param_groups])
+    for i, group in enumerate(optimizer.param_groups):
+        factor = group["lr"] / bases[i] if bases[i] else 1.0
+        group["initial_lr"] = lr
+        group["lr"] = lr * factor
+    if scheduler is not None and hasattr(scheduler, "base_lrs"):
+        scheduler.base_lrs = [lr] * len(optimizer.param_groups)

@@ -1,0 +1,195 @@
+"""The ``--out`` folder of ``ampkit train``: its lock, what an earlier run left in it, and what
+this run may do there (start, replace the earlier run, or continue it).
+
+:func:`open_run_folder` is called before any step, by the ``--nproc`` launcher before it
+starts torchrun and by every worker, so a bad ``--out`` or ``--resume`` is refused once, with
+one line, and nothing on disk changes when a run is refused:
+
+* the folder is created and locked (:class:`~ampkit._lock.FolderLock`) for the whole run;
+* a fresh run refuses a folder holding an earlier run's outputs unless ``--overwrite``;
+* ``--resume auto`` picks the newest checkpoint that verifies, and refuses to go on when there
+  is none but earlier outputs exist (nothing to continue from, and starting fresh would mix);
+* the settings recorded in the checkpoint are compared with this run's
+  (:mod:`ampkit.gpt.resume`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ampkit._lock import LOCK_NAME, FolderLock
+from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, StorageError
+from ampkit.gpt.config import TrainConfig
+from ampkit.gpt.resume import check_resume_config
+from ampkit.trainer import checkpoint_folder as folder
+
+__all__ = ["OUTPUTS", "RunPlan", "earlier_outputs", "open_run_folder"]
+
+#: Files a run writes into ``--out``, besides ``checkpoints/`` and ``tensorboard/``.
+OUTPUTS = ("metrics.jsonl", "summary.json", "model.safetensors")
+CHECKPOINTS, TENSORBOARD = "checkpoints", "tensorboard"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the Trainer is told to do with the folder.
+
+    Attributes:
+        resume: a checkpoint folder to resume from, ``"auto"`` (no valid checkpoint and no
+            earlier outputs: start fresh), or None (a fresh run).
+        saved_lr: the learning rate recorded in the checkpoint, when ``--lr`` now differs.
+        notes: what was decided, for the run's summary.
+    """
+
+    resume: str | None = None
+    saved_lr: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def earlier_outputs(out: Path) -> list[str]:
+    """Names of what an earlier run left in ``out`` (empty files and lock files do not count)."""
+    found = [name for name in OUTPUTS if (out / name).is_file() and (out / name).stat().st_size]
+    if folder.find_checkpoints(out / CHECKPOINTS):
+        found.append(f"{CHECKPOINTS}/")
+    return found
+
+
+def _make_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise ConfigurationError(f"--out: {out} is a file, not a folder. Pass a folder path.")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"--out: cannot create the folder {out} ({exc.strerror or exc}). Pass a folder "
+            "that exists or can be created, on a writable disk."
+        ) from None
+
+
+def _clear(out: Path, names: list[str]) -> None:
+    """Delete the earlier run's outputs (``--overwrite``)."""
+    try:
+        for name in [*OUTPUTS, CHECKPOINTS, TENSORBOARD]:
+            path = out / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    except OSError as exc:
+        raise StorageError.from_os_error(
+            exc, f"--overwrite: removing {', '.join(names)} in {out}"
+        ) from None
+
+
+def _plan(
+    config: TrainConfig,
+    out: Path,
+    *,
+    is_main: bool,
+    data_sha256: Callable[[], str],
+    precision: str,
+) -> RunPlan:
+    earlier = earlier_outputs(out)
+    if config.resume is None:
+        if not earlier:
+            return RunPlan()
+        if not config.overwrite:
+            raise ConfigurationError(
+                f"--out: {out} holds an earlier run ({', '.join(earlier)}), which this run "
+                "would overwrite. Pass --resume auto to continue it, --overwrite to replace "
+                "it, or another --out."
+            )
+        if is_main:
+            _clear(out, earlier)
+        return RunPlan(notes=[f"--overwrite: replaced the earlier run ({', '.join(earlier)})"])
+    checkpoints = out / CHECKPOINTS
+    notes: list[str] = []
+    if config.resume == "auto":
+        info, problems = folder.latest_valid_checkpoint(checkpoints)
+        notes.extend(f"skipped a bad checkpoint: {problem}" for problem in problems)
+        if info is None:
+            files = [name for name in earlier if name != f"{CHECKPOINTS}/"]
+            if files:
+                damaged = f" ({len(problems)} damaged: {problems[0]})" if problems else ""
+                raise CheckpointError(
+                    f"--resume auto: {checkpoints} holds no valid checkpoint{damaged}, so the "
+                    f"earlier run in {out} ({', '.join(files)}) cannot be continued. To start "
+                    "over in this folder, run again with --overwrite instead of --resume (it "
+                    "deletes the earlier run's outputs and checkpoints); to keep them, pass "
+                    "another --out."
+                )
+            return RunPlan(resume="auto", notes=notes)
+        path = info.path
+    else:
+        path = Path(config.resume)
+        if not path.is_dir():
+            raise ConfigurationError(
+                f"--resume: {path} is not a checkpoint folder. Pass --resume auto (the newest "
+                f"valid checkpoint in {checkpoints}) or one of its step-NNNNNNNN folders."
+            )
+    manifest = folder.verify_checkpoint(path)
+    saved = manifest.get("config")
+    notes += check_resume_config(
+        saved if isinstance(saved, dict) else None,
+        config,
+        data_sha256=data_sha256(),
+        precision=precision,
+        saved_precision=manifest.get("precision"),
+        checkpoint=str(path),
+    )
+    saved_lr = saved.get("lr") if isinstance(saved, dict) else None
+    changed = saved_lr is not None and saved_lr != config.lr
+    return RunPlan(resume=str(path), saved_lr=saved_lr if changed else None, notes=notes)
+
+
+@contextmanager
+def open_run_folder(
+    config: TrainConfig,
+    *,
+    is_main: bool,
+    data_sha256: Callable[[], str],
+    precision: str,
+    lock_shared_with: int | None = None,
+) -> Iterator[RunPlan]:
+    """Create and lock ``config.out`` for the run (rank 0), check it, yield the plan.
+
+    Without ``config.out`` the plan just passes ``config.resume`` on. Only rank 0
+    (``is_main``) creates, locks or clears the folder; the checks run on every rank, so every
+    rank refuses alike.
+
+    Args:
+        config: the run's settings.
+        is_main: this process writes the outputs (rank 0, or the ``--nproc`` launcher).
+        data_sha256: returns the SHA-256 of the run's text (called only when resuming).
+        precision: the resolved precision of this run.
+        lock_shared_with: the ``--nproc`` launcher's PID, which holds the lock for its workers.
+
+    Raises:
+        ConfigurationError: ``--out`` cannot be created, holds an earlier run (without
+            ``--overwrite``), or the checkpoint was trained with other settings.
+        RunInUseError: another run holds the folder.
+        CheckpointError: ``--resume auto`` finds no valid checkpoint but earlier outputs, or
+            the checkpoint named by ``--resume`` is missing or damaged.
+        StorageError: the lock file cannot be written, or ``--overwrite`` cannot delete.
+    """
+    if not config.out:
+        yield RunPlan(resume=config.resume)
+        return
+    out = Path(config.out)
+    created = is_main and not out.exists()
+    if is_main:
+        _make_out(out)
+    lock = FolderLock(out, flag="--out", shared_with=lock_shared_with) if is_main else None
+    with lock if lock is not None else nullcontext():
+        try:
+            plan = _plan(config, out, is_main=is_main, data_sha256=data_sha256, precision=precision)
+        except AmpkitError:
+            if created:  # a refused run leaves no trace, not even the folder it made
+                (out / LOCK_NAME).unlink(missing_ok=True)
+                out.rmdir()
+            raise
+        yield plan

@@ -1,0 +1,78 @@
+"""Resuming ampkit train: which changed settings are refused, which one is applied."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ampkit import ConfigurationError, TrainConfig
+from ampkit.gpt.resume import check_resume_config, override_lr, run_record
+
+SAVED = run_record(TrainConfig(seed=1, batch_size=4, out="runs/a", steps=10), "abc")
+
+
+def check(config: TrainConfig, sha: str = "abc", precision: str = "fp32") -> list[str]:
+    return check_resume_config(
+        SAVED,
+        config,
+        data_sha256=sha,
+        precision=precision,
+        saved_precision="fp32",
+        checkpoint="runs/a/checkpoints/step-00000004",
+    )
+
+
+def test_free_settings_may_change():
+    assert check(TrainConfig(seed=1, batch_size=4, out="elsewhere", steps=50, log_every=1)) == []
+
+
+def test_changed_settings_are_refused_all_at_once_as_flags():
+    config = TrainConfig(seed=2, batch_size=8, max_grad_norm=None, data="new.txt", out="runs/a")
+    with pytest.raises(ConfigurationError) as caught:
+        check(config, sha="def", precision="bf16")
+    message = str(caught.value)
+    for part in (
+        "--precision fp32 (now bf16)",
+        "--seed 1 (now 2)",
+        "--batch-size 4 (now 8)",
+        "--max-grad-norm 1.0 (now 0)",
+        "--data (the built-in corpus) (now new.txt, whose contents differ)",
+    ):
+        assert part in message
+    assert "checkpoint_dir" not in message and "resume=" not in message
+
+
+def test_a_moved_but_identical_data_file_is_fine():
+    assert check(TrainConfig(seed=1, batch_size=4, data="moved.txt")) == []
+
+
+def test_changed_lr_is_applied_and_said():
+    notes = check(TrainConfig(seed=1, batch_size=4, lr=1e-3))
+    assert any("--lr 0.001 replaces the 0.002" in note for note in notes)
+
+
+def test_override_lr_keeps_the_schedule_position():
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: (step + 1) / 10)
+    for _ in range(3):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(2e-3 * 0.4)
+    override_lr(opt, sched, 1e-3)
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.4)
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 0.5)
+
+
+def test_an_old_checkpoint_without_a_record_is_noted():
+    notes = check_resume_config(
+        None,
+        TrainConfig(),
+        data_sha256="abc",
+        precision="fp32",
+        saved_precision="fp32",
+        checkpoint="c",
+    )
+    assert "records no settings" in notes[0]
