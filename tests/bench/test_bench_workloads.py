@@ -56,9 +56,9 @@ def test_factory_returning_a_workload_is_used_as_is(user_models, monkeypatch):
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
-        ("resnet", "is not a model. Use gpt, convnet, or package.module:factory"),
+        ("resnet", "is not a model. Use gpt, convnet, hf:<name>"),
         ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
-        ("bench_models:missing", "has no attribute 'missing'"),
+        ("bench_models:missing", "has no function 'missing'"),
         ("bench_models:NOT_CALLABLE", "is not callable"),
         ("bench_models:wrong_type", "returned int"),
         ("bench_models:wrong_tuple", "returned a tuple of 1 items"),
