@@ -36,6 +36,8 @@ class TrainConfig:
         checkpoint_every: write ``out/checkpoints/step-N`` every N steps (needs ``out``).
         keep_last: keep only the newest N checkpoints.
         resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path.
+        allow_precision_change: resume a checkpoint saved under another precision on purpose
+            (fp16 -> bf16): weights and optimizer carry over, the loss-scaler state is dropped.
         compile: ``torch.compile`` the model.
         compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
         strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
@@ -65,6 +67,7 @@ class TrainConfig:
     checkpoint_every: int | None = None
     keep_last: int | None = None
     resume: str | None = None
+    allow_precision_change: bool = False
     compile: bool = False
     compile_mode: str | None = None
     strategy: str = "auto"
@@ -103,6 +106,8 @@ class TrainConfig:
         ]
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
+        if self.allow_precision_change and not self.resume:
+            problems.append("--allow-precision-change applies when resuming: add --resume auto")
         if problems:
             raise ConfigurationError("invalid settings: " + "; ".join(problems) + ".")
 

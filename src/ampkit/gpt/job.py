@@ -136,6 +136,8 @@ def train(
         final_weights=out / "model.safetensors" if out else None,
         tokens_per_sample=config.seq_len,
         scaler=scaler,
+        progress_bar=False,  # the caller passes its own display as a callback
+        resume_precision_change=config.allow_precision_change,
     )
     result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(

@@ -142,12 +142,17 @@ def _check_shapes(model: nn.Module, weights: dict[str, torch.Tensor], path: Path
         )
 
 
-def restore(parts: TrainingParts, path: Path) -> None:
+def restore(
+    parts: TrainingParts, path: Path, *, allow_precision_change: bool = False
+) -> str | None:
     """Load a verified checkpoint into the parts, before any training step.
+
+    Returns the checkpoint's precision when it differs from the engine's (accepted only with
+    ``allow_precision_change``; its loss-scaler state is then dropped), else None.
 
     Raises:
         CheckpointError: the checkpoint is corrupt, from another model shape, another world
-            size (the data position would not line up) or another precision.
+            size (the data position would not line up) or another precision (unless allowed).
     """
     weights, state, manifest = folder.load_checkpoint(path)
     saved_world = manifest.get("world_size", 1)
@@ -164,7 +169,9 @@ def restore(parts: TrainingParts, path: Path) -> None:
             "ampkit's Trainer; resume from another checkpoint."
         )
     _check_shapes(parts.model, weights, path)
-    parts.engine.load_state_dict(state[ENGINE])
+    changed_from = parts.engine.load_state_dict(
+        state[ENGINE], allow_precision_change=allow_precision_change
+    )
     if parts.sharded:
         from torch.distributed.checkpoint.state_dict import (
             set_model_state_dict,
@@ -184,6 +191,7 @@ def restore(parts: TrainingParts, path: Path) -> None:
         parts.scheduler.load_state_dict(state[SCHEDULER])
     parts.counters.load_state_dict(state[TRAINER])
     set_rng_state(state[RNG][parts.dist.rank])
+    return changed_from
 
 
 def find_resume_checkpoint(
