@@ -96,9 +96,3 @@ def test_findings_only_prints_findings_and_the_recommendation():
     assert result.exit_code == 0, result.output
     assert result.output.index("[overflow, forward] mid") < result.output.index("recommendation:")
     assert "per module" not in result.output and "precision map" not in result.output
-
-
-def test_library_and_builtin_names_are_accepted():
-    result = _run("--model", "convnet", "--steps", "1", "--findings-only", "--precision", "bf16")
-    assert result.exit_code == 0, result.output
-    assert result.output.startswith("ampkit doctor: bf16 on cpu")
