@@ -9,7 +9,14 @@ import warnings
 import pytest
 import torch
 
-from ampkit import ConfigurationError, LossScaler, MixedPrecision, ScalerStateError
+from ampkit import (
+    CheckpointError,
+    ConfigurationError,
+    LossScaler,
+    MixedPrecision,
+    PrecisionWarning,
+    ScalerStateError,
+)
 
 fp16_on_cpu = pytest.mark.filterwarnings("ignore::ampkit.errors.PrecisionWarning")
 
@@ -222,8 +229,6 @@ def test_state_dict_round_trip_mid_window_resumes_bitwise():
 
 
 def test_load_state_from_other_precision_raises():
-    from ampkit import CheckpointError
-
     state = MixedPrecision("fp32", "cpu").state_dict()
     with pytest.raises(CheckpointError, match="precision"):
         MixedPrecision("bf16", "cpu").load_state_dict(state)
@@ -316,3 +321,86 @@ def test_policy_and_stats_are_exposed():
     mp = MixedPrecision("bf16", "cpu")
     assert mp.policy.precision == "bf16" and mp.policy.compute_dtype == torch.bfloat16
     assert not mp.policy.uses_scaler and mp.stats.scale == 1.0
+
+
+# -- model outputs, parameter dtypes, warnings ---------------------------------------------
+
+
+def test_backward_takes_an_output_with_loss_or_a_loss_dict():
+    grads = []
+    for wrap in (lambda t: t, lambda t: {"loss": t, "logits": None}, lambda t: _Output(t)):
+        model = make_model()
+        x, y = batch(0)
+        mp = MixedPrecision("fp32", "cpu")
+        mp.backward(wrap(loss_fn(model, x, y)))
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for other in grads[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(grads[0], other, strict=True))
+
+
+class _Output:
+    def __init__(self, loss: torch.Tensor) -> None:
+        self.loss = loss
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [({"logits": torch.ones(2)}, "got a dict."), (_Output(None), "whose loss is None")],
+)
+def test_backward_without_a_loss_is_a_configuration_error(value, needle):
+    with pytest.raises(ConfigurationError, match="mp.backward") as info:
+        MixedPrecision("fp32", "cpu").backward(value)
+    assert needle in str(info.value) and "mp.backward(outputs.loss)" in str(info.value)
+
+
+@fp16_on_cpu
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [("fp16", torch.float16), ("fp16", torch.bfloat16), ("bf16", torch.bfloat16)],
+)
+def test_low_precision_weights_are_refused_at_the_first_step(precision, dtype):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU(), torch.nn.Linear(8, 4))
+    model = model.to(dtype)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision(precision, "cpu")
+    x, y = batch(0)
+    with mp.autocast():
+        mp.backward(loss_fn(model, x.to(dtype), y))
+    with pytest.raises(ConfigurationError, match=r"4 of the optimizer's parameters are"):
+        mp.step(opt)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before, strict=True))
+
+
+def test_bf16_true_by_name_may_hold_bf16_weights():
+    import dataclasses
+
+    from ampkit.engine import validate_param_dtypes
+    from ampkit.policy import resolve_precision
+
+    pure = dataclasses.replace(resolve_precision("bf16", "cpu"), precision="bf16-true")
+    bf16_model = make_model().to(torch.bfloat16)
+    validate_param_dtypes(torch.optim.SGD(bf16_model.parameters(), lr=0.1), pure)  # no error
+    fp16_model = make_model().half()
+    with pytest.raises(ConfigurationError, match="are fp16"):
+        validate_param_dtypes(torch.optim.SGD(fp16_model.parameters(), lr=0.1), pure)
+
+
+def test_precision_warning_points_at_the_callers_line():
+    with pytest.warns(PrecisionWarning) as caught:
+        MixedPrecision("fp16", "cpu")  # resolve_precision runs two calls deeper, in ampkit
+    assert caught[0].filename == __file__
+
+
+def test_precision_change_is_accepted_only_on_purpose():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fp16 = MixedPrecision("fp16", "cpu")
+    state = fp16.state_dict()
+    bf16 = MixedPrecision("bf16", "cpu")
+    with pytest.raises(CheckpointError, match="resume_precision_change=True"):
+        bf16.load_state_dict(state)
+    assert bf16.load_state_dict(state, allow_precision_change=True) == "fp16"
+    assert bf16.scaler.get_scale() == 1.0 and bf16.micro_step == 0
+    assert bf16.load_state_dict(bf16.state_dict()) is None

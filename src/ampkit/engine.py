@@ -27,7 +27,78 @@ from ampkit.errors import CheckpointError, ConfigurationError, ScalerStateError
 from ampkit.policy import Policy, precision_session, resolve_precision
 from ampkit.scaler import LossScaler, ScalerStats
 
-__all__ = ["MixedPrecision", "StepResult"]
+__all__ = ["MixedPrecision", "StepResult", "loss_tensor", "validate_param_dtypes"]
+
+#: Precisions whose weights are meant to be low precision (pure bf16 training, no fp32 copy).
+#: Every other precision keeps fp32 weights and lets autocast cast them per op.
+LOW_PRECISION_WEIGHTS: dict[str, torch.dtype] = {"bf16-true": torch.bfloat16}
+
+
+def validate_param_dtypes(optimizer: torch.optim.Optimizer, policy: Policy) -> None:
+    """Refuse fp16/bf16 parameters the precision does not expect.
+
+    Mixed precision keeps the weights (and the optimizer's update) in fp32 and lets autocast
+    cast them per op. fp16 weights under a loss scaler lose every update smaller than half an
+    fp16 ulp and overflow to inf/NaN while the step still reports success; bf16 weights lose
+    small updates the same way. Only a policy named in :data:`LOW_PRECISION_WEIGHTS`
+    (``"bf16-true"``: pure bf16) may hold weights of its dtype.
+
+    Raises:
+        ConfigurationError: a parameter of ``optimizer`` is fp16 or bf16 and the policy's
+            precision does not hold weights of that dtype.
+    """
+    allowed = LOW_PRECISION_WEIGHTS.get(policy.precision)
+    for index, group in enumerate(optimizer.param_groups):
+        for param in group["params"]:
+            dtype = param.dtype
+            if dtype not in (torch.float16, torch.bfloat16) or dtype == allowed:
+                continue
+            count = sum(p.dtype == dtype for g in optimizer.param_groups for p in g["params"])
+            name = "fp16" if dtype == torch.float16 else "bf16"
+            why = (
+                "fp16 weights under the loss scaler lose small updates and turn inf/NaN while "
+                "steps still report success"
+                if policy.uses_scaler
+                else f"{name} weights lose every update smaller than half a {name} ulp"
+            )
+            hint = (
+                " For pure bf16 weights ask for that precision by name ('bf16-true')."
+                if dtype == torch.bfloat16
+                else ""
+            )
+            raise ConfigurationError(
+                f"MixedPrecision({policy.precision!r}): {count} of the optimizer's parameters "
+                f"are {name} (the first in param group {index}, shape {tuple(param.shape)}); "
+                f"{why}. Mixed precision keeps the weights in fp32 and autocast casts them per "
+                "op: build the model in fp32 (drop .half(), .bfloat16() or .to(dtype) on it)."
+                f"{hint}"
+            )
+
+
+def loss_tensor(loss: Any) -> torch.Tensor:
+    """The loss tensor in ``loss``: a tensor, an object with a ``.loss`` tensor (a Hugging Face
+    ``ModelOutput``), or a dict with a ``"loss"`` tensor.
+
+    Raises:
+        ConfigurationError: none of these, or a ``.loss`` that is None (the model was not
+            given labels).
+    """
+    if isinstance(loss, torch.Tensor):
+        return loss
+    found = loss.get("loss") if isinstance(loss, dict) else getattr(loss, "loss", None)
+    if isinstance(found, torch.Tensor):
+        return found
+    has_field = (isinstance(loss, dict) and "loss" in loss) or hasattr(loss, "loss")
+    seen = (
+        f"a {type(loss).__name__} whose loss is None (the model computes it only when given "
+        "labels: pass labels=... in the batch)"
+        if has_field
+        else f"a {type(loss).__name__}"
+    )
+    raise ConfigurationError(
+        f"mp.backward: got {seen}. Pass the scalar loss tensor, or a model output holding it "
+        "(.loss, or a dict with 'loss'), e.g. mp.backward(outputs.loss)."
+    )
 
 
 @dataclass(frozen=True)
@@ -132,6 +203,7 @@ class MixedPrecision:
         self.scaler = self._check_scaler(scaler, process_group)
         self._micro_step = 0
         self._session: contextlib.ExitStack | None = None
+        self._checked_optimizers: set[int] = set()
 
     def _check_scaler(self, scaler: LossScaler | None, process_group: Any) -> LossScaler:
         if scaler is None:
@@ -225,12 +297,17 @@ class MixedPrecision:
         else:
             yield
 
-    def backward(self, loss: torch.Tensor, **backward_kwargs: Any) -> None:
+    def backward(self, loss: Any, **backward_kwargs: Any) -> None:
         """Run backward on ``loss / grad_accum_steps``, multiplied by the loss scale for fp16.
 
+        ``loss`` is the scalar loss tensor, or a model output holding it (an object with
+        ``.loss`` such as a Hugging Face ``ModelOutput``, or a dict with ``"loss"``).
+
         Raises:
+            ConfigurationError: ``loss`` holds no loss tensor (see :func:`loss_tensor`).
             ScalerStateError: more backward calls than ``grad_accum_steps`` without a ``step``.
         """
+        loss = loss_tensor(loss)
         if self._micro_step >= self.grad_accum_steps:
             raise ScalerStateError(
                 f"backward() was called {self._micro_step + 1} times without step(), but "
@@ -254,9 +331,16 @@ class MixedPrecision:
         scale, step ``scheduler`` only if the optimizer stepped, and
         ``optimizer.zero_grad(set_to_none=True)``. One GPU sync for fp16 (the skip decision).
 
+        The first call with an optimizer checks its parameters' dtypes
+        (:func:`validate_param_dtypes`).
+
         Raises:
             ScalerStateError: ``step`` without a ``backward`` since the last step.
+            ConfigurationError: fp16/bf16 parameters the precision does not expect.
         """
+        if id(optimizer) not in self._checked_optimizers:
+            validate_param_dtypes(optimizer, self.policy)
+            self._checked_optimizers.add(id(optimizer))
         if self._micro_step == 0:
             raise ScalerStateError(
                 "step() was called with no backward() since the last step. Call "
@@ -300,13 +384,23 @@ class MixedPrecision:
             "scaler": self.scaler.state_dict(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(
+        self, state: dict[str, Any], *, allow_precision_change: bool = False
+    ) -> str | None:
         """Restore from :meth:`state_dict`; nothing changes unless all of it is valid.
+
+        With ``allow_precision_change``, a state saved under another precision is accepted on
+        purpose (fp16 -> bf16 after a divergence): the accumulation position is restored and
+        the saved loss-scaler state is dropped (this engine keeps its own, fresh one).
+
+        Returns:
+            The saved precision when it differs from this engine's (only possible with
+            ``allow_precision_change``), else None.
 
         Raises:
             CheckpointError: the state is not such a dict (keys missing), was saved under
-                another precision or accumulation, or its ``micro_step`` is not an integer in
-                ``[0, grad_accum_steps]``.
+                another accumulation, or another precision without ``allow_precision_change``,
+                or its ``micro_step`` is not an integer in ``[0, grad_accum_steps]``.
             ScalerStateError: the loss-scaler state is out of range (see
                 :meth:`LossScaler.load_state_dict`).
         """
@@ -327,12 +421,24 @@ class MixedPrecision:
                 f"MixedPrecision.load_state_dict: micro_step={micro!r} is invalid; it must be an "
                 f"integer in [0, grad_accum_steps={self.grad_accum_steps}]. The state is damaged."
             )
-        for key in ("precision", "grad_accum_steps"):
-            mine = getattr(self.policy, key, None) if key == "precision" else self.grad_accum_steps
-            if state[key] != mine:
+        if state["grad_accum_steps"] != self.grad_accum_steps:
+            raise CheckpointError(
+                "MixedPrecision.load_state_dict: the state has grad_accum_steps="
+                f"{state['grad_accum_steps']!r} but this engine has grad_accum_steps="
+                f"{self.grad_accum_steps!r}. Resume with the settings of the saved run."
+            )
+        saved = state["precision"]
+        if saved != self.policy.precision:
+            if not allow_precision_change:
                 raise CheckpointError(
-                    f"MixedPrecision.load_state_dict: the state has {key}={state[key]!r} but this "
-                    f"engine has {key}={mine!r}. Resume with the settings of the saved run."
+                    f"MixedPrecision.load_state_dict: the state has precision={saved!r} but "
+                    f"this engine has precision={self.policy.precision!r}. Resume with the "
+                    "settings of the saved run, or switch on purpose with "
+                    "resume_precision_change=True (--allow-precision-change): weights and "
+                    "optimizer carry over, the loss-scaler state is dropped."
                 )
+            self._micro_step = micro
+            return str(saved)
         self.scaler.load_state_dict(state["scaler"])
         self._micro_step = micro
+        return None

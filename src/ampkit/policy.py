@@ -16,6 +16,7 @@ from typing import Literal
 
 import torch
 
+from ampkit._stack import user_stacklevel
 from ampkit.errors import ConfigurationError, PrecisionWarning, UnsupportedPrecisionError
 from ampkit.hardware import HardwareInfo, probe
 
@@ -189,7 +190,9 @@ def _explicit(precision: Precision, hw: HardwareInfo, spelled: str) -> str:
         )
     if precision == "fp16" and hw.device.type == "cpu":
         warnings.warn(
-            f"precision {spelled!r} on the CPU: {_CPU_FP16_COST}.", PrecisionWarning, stacklevel=3
+            f"precision {spelled!r} on the CPU: {_CPU_FP16_COST}.",
+            PrecisionWarning,
+            stacklevel=user_stacklevel(),
         )
         return "fp16 was requested explicitly; on a CPU it is slow (emulated)."
     if precision == "bf16" and hw.device.type == "cpu" and hw.cpu_native_bf16 is False:

@@ -56,9 +56,9 @@ def test_factory_returning_a_workload_is_used_as_is(user_models, monkeypatch):
 @pytest.mark.parametrize(
     ("spec", "needle"),
     [
-        ("resnet", "is not a model. Use gpt, convnet, or package.module:factory"),
+        ("resnet", "is not a model. Use gpt, convnet, hf:<name>"),
         ("no_such_module_xyz:f", "cannot import module 'no_such_module_xyz'"),
-        ("bench_models:missing", "has no attribute 'missing'"),
+        ("bench_models:missing", "has no function 'missing'"),
         ("bench_models:NOT_CALLABLE", "is not callable"),
         ("bench_models:wrong_type", "returned int"),
         ("bench_models:wrong_tuple", "returned a tuple of 1 items"),
@@ -68,3 +68,39 @@ def test_bad_specs_raise_configuration_errors(user_models, spec, needle):
     with pytest.raises(ConfigurationError, match="--model") as info:
         load_workload(spec)
     assert needle in str(info.value)
+
+
+def test_workload_fields_are_validated_and_named():
+    with pytest.raises(ConfigurationError) as info:
+        Workload(
+            name="",
+            model=torch.nn.Linear(2, 2),
+            batch=lambda s: (torch.ones(1, 2), None),
+            loss=lambda m, x, y: m(x).sum(),
+            items_per_step=0,
+        )
+    message = str(info.value)
+    assert "name must be a non-empty string" in message
+    assert "items_per_step must be an integer >= 1" in message
+    assert "Required fields: name, model, batch, loss, items_per_step" in message
+
+
+def test_dict_inputs_and_logits_outputs_train_through_the_workload(user_models, monkeypatch):
+    import bench_models
+
+    class DictNet(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 2)
+
+        def forward(self, features):
+            return {"logits": self.fc(features)}
+
+    inputs, targets = {"features": torch.ones(4, 3)}, torch.zeros(4, dtype=torch.long)
+    monkeypatch.setattr(
+        bench_models, "dict_net", lambda: (DictNet(), inputs, targets), raising=False
+    )
+    w = load_workload("bench_models:dict_net")
+    x, y = w.batch(0)
+    expected = torch.nn.functional.cross_entropy(w.model(**x)["logits"], y)
+    assert torch.equal(w.loss(w.model, x, y), expected) and w.items_per_step == 4

@@ -58,8 +58,8 @@ def test_metrics_history_goes_into_the_html(tmp_path):
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("nocolon", "is not of the form package.module:factory"),
-        ("no_such_module_xyz:make", "cannot import 'no_such_module_xyz'"),
+        ("nocolon", "'nocolon' is not a model. Use gpt, convnet, hf:<name>"),
+        ("no_such_module_xyz:make", "cannot import module 'no_such_module_xyz'"),
         ("doctor_models:overflowin", "has no function 'overflowin'. Did you mean 'overflowing'?"),
         ("doctor_models:not_a_case", "returned a Linear. It must return (model, closure)"),
     ],
@@ -89,3 +89,10 @@ def test_builtin_gpt_runs_clean_in_fp16():
     assert result.exit_code == 0, result.output
     assert "findings: none" in result.output
     assert "blocks.1.mlp.fc" in result.output
+
+
+def test_findings_only_prints_findings_and_the_recommendation():
+    result = _run("--model", "doctor_models:overflowing", "--steps", "1", "--findings-only")
+    assert result.exit_code == 0, result.output
+    assert result.output.index("[overflow, forward] mid") < result.output.index("recommendation:")
+    assert "per module" not in result.output and "precision map" not in result.output

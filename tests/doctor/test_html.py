@@ -111,3 +111,24 @@ def test_screenshot_shows_the_format_ranges_and_the_histograms(page, tmp_path):
     assert pixels("#555555") > 500  # the magnitude histograms are drawn
     white = pixels("#ffffff", tolerance=0)
     assert white < 0.95 * 1200 * 1600  # not a blank page
+
+
+def test_histograms_are_log_scaled_so_a_small_tail_shows():
+    from matplotlib.figure import Figure
+
+    from ampkit.doctor.html import _panel
+    from ampkit.doctor.rows import PhaseRow
+    from ampkit.doctor.stats import HIST_BINS, HIST_MIN_EXPONENT
+
+    model, closure = overflowing()
+    report = ampkit.diagnose(model, closure, "fp16", steps=1, with_precision_map=False)
+    hist = [0] * HIST_BINS
+    hist[-HIST_MIN_EXPONENT], hist[16 - HIST_MIN_EXPONENT] = 998, 2  # 0.2% past fp16's max
+    stats = PhaseRow(
+        count=1000, zeros=0, nonfinite=0, max_abs=2.0**20, min_abs=1.0, fits={}, hist=tuple(hist)
+    )
+    ax = Figure().subplots()
+    _panel(ax, report, "forward", stats)
+    low, high = ax.get_ylim()
+    assert ax.get_yscale() == "log"
+    assert low < 0.002 / 2 and high > 0.998  # the tail's bar spans over half a decade

@@ -406,3 +406,55 @@ def test_nonfinite_monitor_stops_at_the_step_and_names_the_module():
     assert trainer.step == 2  # steps 1 and 2 finished; step 3 produced the inf
     assert monitor.first is not None and monitor.first.phase == "forward"
     assert "body" not in monitor.first.module  # the division is in the root module's forward
+
+
+# -- evaluation every N steps, the default progress bar ---------------------------------------
+
+
+def _dropout_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(12, 32), nn.Dropout(0.3), nn.GELU(), nn.Linear(32, 3))
+
+
+def test_eval_every_logs_eval_loss_and_leaves_training_bitwise_the_same(tmp_path):
+    eval_loader = torch.utils.data.DataLoader(dataset(32), batch_size=8, shuffle=True)
+    with_eval = _dropout_mlp()
+    trainer = make(
+        with_eval,
+        max_steps=6,
+        log_every=3,
+        eval_every=2,
+        eval_data=eval_loader,
+        metrics_file=tmp_path / "m.jsonl",
+    )
+    trainer.fit(dataset())
+    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 3, 4, 6]
+    assert ["eval_loss" in r for r in rows] == [True, False, True, True]
+    assert all(r["eval_loss"] > 0 for r in rows if "eval_loss" in r)
+
+    without = _dropout_mlp()
+    make(without, max_steps=6).fit(dataset())  # same dropout masks: eval drew no training RNG
+    for a, b in zip(with_eval.parameters(), without.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"eval_every": 2}, {"eval_data": [(torch.ones(1, 12), torch.zeros(1).long())]}]
+)
+def test_eval_every_and_eval_data_go_together(kwargs):
+    with pytest.raises(ConfigurationError, match="eval_every and eval_data go together"):
+        make(**kwargs)
+
+
+def test_progress_bar_is_shown_by_default_only_in_a_terminal(monkeypatch):
+    from ampkit.callbacks import ProgressBar
+
+    def bars(trainer: Trainer) -> int:
+        return sum(isinstance(c, ProgressBar) for c in trainer.callbacks)
+
+    assert bars(make()) == 0  # pytest's stderr is not a terminal
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    assert bars(make()) == 1
+    assert bars(make(callbacks=[ProgressBar()])) == 1  # the user's own bar, not a second one
+    assert bars(make(progress_bar=False)) == 0

@@ -15,9 +15,11 @@ import statistics
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from ampkit._tree import iter_tensors, to_device
 from ampkit.bench.flops import count_train_flops, mfu, peak_flops
 from ampkit.bench.memory import cuda_step_peak_bytes, saved_tensor_bytes, state_bytes
 from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
@@ -163,7 +165,8 @@ def run_bench(
     """Benchmark ``model`` in each precision, interleaved step by step; return the report.
 
     Args:
-        model: ``"gpt"``, ``"convnet"``, ``"package.module:factory"`` or a :class:`Workload`.
+        model: a ``--model`` string (``"gpt"``, ``"convnet"``, ``"hf:gpt2"``, ``"timm:resnet18"``,
+            ``"package.module:factory"``; see :mod:`ampkit.model_spec`) or a :class:`Workload`.
         precisions: precisions to compare (aliases and ``auto`` accepted); fp32 is always
             added as the baseline. None: :func:`default_precisions` for the device.
         device: ``cpu``, ``cuda``, ``cuda:N``; None picks CUDA when available.
@@ -195,11 +198,12 @@ def run_bench(
     with torch.random.fork_rng(devices=[]):
         workload = model if isinstance(model, Workload) else load_workload(model, batch_size)
     first_inputs, _ = workload.batch(0)
-    if channels_last and first_inputs.dim() != 4:
+    dims = sorted({t.dim() for t in iter_tensors(first_inputs)})
+    if channels_last and 4 not in dims:
         raise ConfigurationError(
-            f"--channels-last: the {workload.name} model's inputs have {first_inputs.dim()} "
-            "dimensions; channels-last applies to 4-D image inputs (N, C, H, W). "
-            "Drop --channels-last or use a conv model."
+            f"--channels-last: the {workload.name} model's inputs have "
+            f"{' or '.join(map(str, dims)) or 'no'} dimensions; channels-last applies to 4-D "
+            "image inputs (N, C, H, W). Drop --channels-last or use a conv model."
         )
     flops = workload.flops_per_step
     if flops is None:
@@ -214,18 +218,15 @@ def run_bench(
         for name, policy, c, cl in _variant_specs(policies, compile, channels_last)
     ]
     by_name = {v.name: v for v in variants}
-    cache: dict[tuple[int, bool], tuple[torch.Tensor, torch.Tensor]] = {}
+    cache: dict[tuple[int, bool], tuple[Any, Any]] = {}
 
-    def batch_for(i: int, cl: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def batch_for(i: int, cl: bool) -> tuple[Any, Any]:
         key = (i, cl)
         if key not in cache:
             if all(k[0] != i for k in cache):  # a new step: drop the previous step's batches
                 cache.clear()
             x, y = workload.batch(i)
-            x, y = x.to(dev), y.to(dev)
-            if cl:
-                x = x.contiguous(memory_format=torch.channels_last)
-            cache[key] = (x, y)
+            cache[key] = (to_device(x, dev, channels_last=cl), to_device(y, dev))
         return cache[key]
 
     def make_step(v: _Variant) -> Callable[[int], None]:

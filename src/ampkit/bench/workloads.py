@@ -1,31 +1,39 @@
-"""What ``ampkit bench`` trains: the built-in GPT, a small conv net, or the user's model.
+"""What ``ampkit bench`` trains: the built-in GPT, a small conv net, a library model or yours.
 
-A :class:`Workload` is a model, a deterministic batch for every step index, a loss and the
-unit its throughput is counted in. Every variant of one benchmark trains its own deep copy of
-the same initial weights on the same batches, so losses are comparable step by step.
+A :class:`Workload` is a model, a deterministic batch for every step, a loss and the unit its
+throughput is counted in. Every variant of one benchmark trains its own deep copy of the
+same initial weights on the same batches, so losses are comparable step by step.
 
-Your own model: ``--model package.module:factory``, where ``factory(batch_size)`` returns a
-:class:`Workload`, or a tuple ``(model, inputs, targets)`` trained on that one batch with
-cross-entropy (integer targets) or mean squared error (float targets).
+``--model`` strings are resolved by :func:`ampkit.model_spec.build_model` (``gpt``, ``convnet``,
+``hf:<name>``, ``timm:<name>``, ``package.module:factory``); a factory may also return a
+:class:`Workload` for full control.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ampkit._factory import call_factory
 from ampkit.errors import ConfigurationError
+from ampkit.model_spec import BuiltModel, ConvNet, convnet_model, gpt_model
+from ampkit.model_spec import build_model as _build_model
+from ampkit.model_spec import call_factory as _call_factory
+from ampkit.model_spec import from_factory_result as _from_factory_result
 
-__all__ = ["ConvNet", "Workload", "convnet_workload", "gpt_workload", "load_workload"]
+__all__ = [
+    "ConvNet",
+    "Workload",
+    "convnet_workload",
+    "gpt_workload",
+    "load_workload",
+    "workload_from_built",
+]
 
-Batch = tuple[torch.Tensor, torch.Tensor]
+Batch = tuple[Any, Any]
 
 
 def _default_optimizer(model: nn.Module) -> torch.optim.Optimizer:
@@ -36,28 +44,93 @@ def _default_optimizer(model: nn.Module) -> torch.optim.Optimizer:
 class Workload:
     """One model and its data, as the benchmark needs them.
 
-    Attributes:
-        name: shown in the report (``gpt``, ``convnet``, ``mypkg.models:build``).
+    Required (in this order, or by keyword):
+        name: shown in the report (``gpt``, ``hf:gpt2``, ``mypkg.models:build``).
         model: the model, on the CPU, in fp32; each variant trains a deep copy.
         batch: ``batch(step)`` -> ``(inputs, targets)`` on the CPU, the same for a given step.
+            Either may be a tensor or a tuple/list/dict of tensors (moved to the device as a
+            whole); ``targets`` may be None when ``loss`` needs none.
         loss: ``loss(model, inputs, targets)`` -> scalar loss tensor.
         items_per_step: samples (or tokens) one step processes, for the throughput column.
-        unit: what ``items_per_step`` counts: ``"samples"`` or ``"tokens"``.
+
+    Optional:
+        unit: what ``items_per_step`` counts: ``"samples"`` (default) or ``"tokens"``.
         make_optimizer: builds each variant's optimizer (default AdamW, lr 1e-3).
         description: one line on the model's shape, for the report.
         flops_per_step: model FLOPs of one training step (forward + backward) when known in
             closed form; None lets the benchmark count them with ``FlopCounterMode``.
+
+    Raises:
+        ConfigurationError: a field has the wrong type (the message names it).
     """
 
     name: str
     model: nn.Module
     batch: Callable[[int], Batch]
-    loss: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
+    loss: Callable[[nn.Module, Any, Any], torch.Tensor]
     items_per_step: int
     unit: str = "samples"
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer] = field(default=_default_optimizer)
     description: str = ""
     flops_per_step: float | None = None
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{name} must be {rule}"
+            for name, ok, rule in [
+                ("name", isinstance(self.name, str) and bool(self.name), "a non-empty string"),
+                ("model", isinstance(self.model, nn.Module), "a torch.nn.Module"),
+                ("batch", callable(self.batch), "a function step -> (inputs, targets)"),
+                ("loss", callable(self.loss), "a function (model, inputs, targets) -> loss"),
+                (
+                    "items_per_step",
+                    isinstance(self.items_per_step, int)
+                    and not isinstance(self.items_per_step, bool)
+                    and self.items_per_step >= 1,
+                    "an integer >= 1",
+                ),
+                ("unit", self.unit in ("samples", "tokens"), "'samples' or 'tokens'"),
+                ("make_optimizer", callable(self.make_optimizer), "a function model -> optimizer"),
+            ]
+            if not ok
+        ]
+        if problems:
+            raise ConfigurationError(
+                "Workload: " + "; ".join(problems) + ". Required fields: name, model, batch, "
+                "loss, items_per_step (see docs/bench.md)."
+            )
+
+
+def workload_from_built(built: BuiltModel) -> Workload:
+    """The :class:`Workload` of a :class:`~ampkit.model_spec.BuiltModel`.
+
+    With a ``loss_fn`` its batches already are ``(inputs, targets)``; otherwise the model
+    consumes the whole batch, which is passed as ``inputs`` (targets None).
+    """
+    if built.loss_fn is not None:
+        batch: Callable[[int], Batch] = built.batch
+
+        def loss(m: nn.Module, inputs: Any, targets: Any) -> torch.Tensor:
+            return built.loss(m, (inputs, targets))
+
+    else:
+
+        def batch(step: int) -> Batch:
+            return built.batch(step), None
+
+        def loss(m: nn.Module, inputs: Any, targets: Any) -> torch.Tensor:
+            return built.loss(m, inputs)
+
+    return Workload(
+        name=built.name,
+        model=built.model,
+        batch=batch,
+        loss=loss,
+        items_per_step=built.items_per_step,
+        unit=built.unit,
+        description=built.description,
+        flops_per_step=built.flops_per_step,
+    )
 
 
 def gpt_workload(
@@ -75,177 +148,41 @@ def gpt_workload(
         DataError: the built-in corpus cannot be read.
     """
     from ampkit.bench.flops import gpt_train_flops
-    from ampkit.gpt.corpus import load_corpus
-    from ampkit.gpt.model import GPT, GPTConfig
 
-    corpus = load_corpus(max_bytes=max(500_000, 4 * batch_size * (seq_len + 1)))
-    corpus.validate(batch_size, seq_len)
-    config = GPTConfig(block_size=seq_len, n_layer=n_layer, n_head=n_head, n_embd=n_embd)
-    with torch.random.fork_rng(devices=[]):  # seed the weights without touching the caller's RNG
-        torch.manual_seed(seed)
-        model = GPT(config)
-    params = sum(p.numel() for p in model.parameters())
-    return Workload(
-        name="gpt",
-        model=model,
-        batch=lambda step: corpus.batch(step, batch_size, seq_len, seed=seed),
-        loss=lambda m, x, y: m(x, y)[1],
-        items_per_step=batch_size * seq_len,
-        unit="tokens",
-        make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1),
-        description=(
-            f"built-in GPT, {params:,} parameters ({n_layer} layers, width {n_embd}), "
-            f"batch {batch_size} x {seq_len} tokens"
-        ),
-        flops_per_step=gpt_train_flops(model, batch_size, seq_len),
-    )
-
-
-class ConvNet(nn.Module):
-    """A small image classifier: three conv-BN-ReLU stages, global pooling, a linear head."""
-
-    def __init__(self, channels: int = 32, classes: int = 10) -> None:
-        super().__init__()
-        layers: list[nn.Module] = []
-        width_in = 3
-        for width in (channels, 2 * channels, 4 * channels):
-            layers += [
-                nn.Conv2d(width_in, width, 3, padding=1, bias=False),
-                nn.BatchNorm2d(width),
-                nn.ReLU(inplace=True),
-                nn.MaxPool2d(2),
-            ]
-            width_in = width
-        self.features = nn.Sequential(*layers)
-        self.head = nn.Linear(width_in, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.head(self.features(x).mean(dim=(2, 3)))
-        return out
+    built = gpt_model(batch_size, seq_len, n_layer=n_layer, n_head=n_head, n_embd=n_embd, seed=seed)
+    workload = workload_from_built(built)
+    workload.batch = built.batch
+    workload.loss = lambda m, x, y: m(x, y)[1]
+    workload.make_optimizer = lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.1)
+    workload.flops_per_step = gpt_train_flops(built.model, batch_size, seq_len)
+    return workload
 
 
 def convnet_workload(batch_size: int = 32, image_size: int = 32, *, seed: int = 0) -> Workload:
     """:class:`ConvNet` on random 3-channel images with a fixed labelling rule per step."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = ConvNet()
-
-    def batch(step: int) -> Batch:
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
-        images = torch.randn(batch_size, 3, image_size, image_size, generator=generator)
-        labels = (images[:, 0].mean(dim=(1, 2)) > 0).long() + 2 * (
-            images[:, 1].mean(dim=(1, 2)) > 0
-        ).long()
-        return images, labels
-
-    params = sum(p.numel() for p in model.parameters())
-    return Workload(
-        name="convnet",
-        model=model,
-        batch=batch,
-        loss=lambda m, x, y: F.cross_entropy(m(x), y),
-        items_per_step=batch_size,
-        unit="samples",
-        description=(
-            f"small conv net, {params:,} parameters, "
-            f"batch {batch_size} x 3x{image_size}x{image_size}"
-        ),
-    )
-
-
-def _from_tuple(spec: str, made: tuple[object, ...]) -> Workload:
-    if len(made) != 3:
-        raise ConfigurationError(
-            f"--model: {spec} returned a tuple of {len(made)} items. Return a Workload or "
-            "(model, inputs, targets)."
-        )
-    model, inputs, targets = made
-    if not isinstance(model, nn.Module):
-        raise ConfigurationError(
-            f"--model: {spec} must return a torch.nn.Module first in (model, inputs, targets)."
-        )
-    if not isinstance(inputs, torch.Tensor) or not isinstance(targets, torch.Tensor):
-        raise ConfigurationError(
-            f"--model: {spec} must return tensors as inputs and targets in "
-            "(model, inputs, targets)."
-        )
-    float_targets = targets.is_floating_point()
-
-    def loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        if float_targets:
-            return F.mse_loss(m(x).float(), y)
-        return F.cross_entropy(m(x), y)
-
-    params = sum(p.numel() for p in model.parameters())
-    return Workload(
-        name=spec,
-        model=model,
-        batch=lambda step: (inputs, targets),
-        loss=loss,
-        items_per_step=int(inputs.shape[0]),
-        description=f"{type(model).__name__} from {spec}, {params:,} parameters",
-    )
-
-
-def _import_factory(spec: str) -> Callable[..., object]:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ConfigurationError(
-            f"--model: {spec!r} is not a model. Use gpt, convnet, or package.module:factory "
-            "(a function returning a Workload or (model, inputs, targets))."
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigurationError(
-            f"--model: cannot import module {module_name!r} ({exc}). Check the name and that "
-            "it is importable from the current directory or the installed packages."
-        ) from exc
-    factory = module
-    for part in attr.split("."):
-        if not hasattr(factory, part):
-            raise ConfigurationError(
-                f"--model: module {module_name!r} has no attribute {attr!r}. Name a function "
-                "in it, as package.module:factory."
-            )
-        factory = getattr(factory, part)
-    if not callable(factory):
-        raise ConfigurationError(f"--model: {spec} is not callable. Name a factory function.")
-    return factory
+    return workload_from_built(convnet_model(batch_size, image_size, seed=seed))
 
 
 def load_workload(spec: str, batch_size: int | None = None) -> Workload:
-    """Resolve ``--model``: ``gpt``, ``convnet`` or ``package.module:factory``.
+    """Resolve ``--model`` with :func:`ampkit.model_spec.build_model`; a factory may also
+    return a :class:`Workload`, used as is.
 
-    ``batch_size`` (None: the workload's default) is passed to the factory when it takes a
+    ``batch_size`` (None: the workload's default) is passed to a factory that takes a
     ``batch_size`` parameter.
 
     Raises:
         ConfigurationError: unknown name, unimportable module, missing or non-callable
-            factory, or a factory that returns something other than a Workload or
-            ``(model, inputs, targets)``.
+            factory, or a factory that returns something unusable.
+        MissingDependencyError: ``hf:``/``timm:`` without the library installed.
     """
     if spec == "gpt":
         return gpt_workload() if batch_size is None else gpt_workload(batch_size)
     if spec == "convnet":
         return convnet_workload() if batch_size is None else convnet_workload(batch_size)
-    factory = _import_factory(spec)
-    kwargs: dict[str, int] = {}
-    if batch_size is not None:
-        try:
-            takes_batch = "batch_size" in inspect.signature(factory).parameters
-        except (TypeError, ValueError):
-            takes_batch = False
-        if takes_batch:
-            kwargs["batch_size"] = batch_size
-    made = call_factory(
-        factory, spec, "an ampkit.bench.Workload or (model, inputs, targets)", **kwargs
-    )
+    prefix = spec.partition(":")[0]
+    if prefix in ("hf", "timm") or ":" not in spec:
+        return workload_from_built(_build_model(spec, batch_size=batch_size))
+    made = _call_factory(spec, batch_size)
     if isinstance(made, Workload):
         return made
-    if isinstance(made, tuple):
-        return _from_tuple(spec, made)
-    raise ConfigurationError(
-        f"--model: {spec} returned {type(made).__name__}. Return an ampkit.bench.Workload or "
-        "(model, inputs, targets)."
-    )
+    return workload_from_built(_from_factory_result(spec, made))

@@ -21,8 +21,11 @@ __all__ = ["bench"]
     "--model",
     default="gpt",
     show_default=True,
-    help="gpt (the built-in GPT), convnet (a small conv net), or package.module:factory, a "
-    "function returning an ampkit.bench.Workload or (model, inputs, targets).",
+    help="gpt (the built-in GPT), convnet (a small conv net), hf:<name> (a Hugging Face model "
+    "from its config, random weights: hf:gpt2, hf:bert-base-uncased, hf:t5-small; add :tiny "
+    "for 2 layers, :seq_len=N), timm:<name>, or package.module:factory (from the current "
+    "folder), a function returning (model, batch), (model, inputs, targets) or an "
+    "ampkit.bench.Workload.",
 )
 @click.option("--device", default=None, help="cpu, cuda or cuda:N. [default: cuda if available]")
 @click.option("--steps", type=int, default=20, show_default=True, help="Timed steps per variant.")
@@ -30,7 +33,10 @@ __all__ = ["bench"]
     "--warmup", type=int, default=3, show_default=True, help="Untimed warm-up steps per variant."
 )
 @click.option(
-    "--batch-size", type=int, default=None, help="Batch size. [default: gpt 16, convnet 32]"
+    "--batch-size",
+    type=int,
+    default=None,
+    help="Batch size. [default: gpt 16, convnet 32, hf:/timm: 8]",
 )
 @click.option("--compile", "compile_", is_flag=True, help="Also run each precision compiled.")
 @click.option(
@@ -74,6 +80,7 @@ def bench(**options: Any) -> None:
       ampkit bench --precisions fp32,bf16,fp16 --steps 30 --json bench.json
       ampkit bench --model convnet --channels-last --plot bench.png
       ampkit bench --model mypkg.models:build --batch-size 64 --compile
+      ampkit bench --model hf:gpt2:tiny --precisions fp32,bf16
     """
     from ampkit.bench import run_bench, save_plot
     from ampkit.cli.outputs import check_output, writing

@@ -14,9 +14,12 @@ __all__ = ["doctor"]
     "--model",
     "model_spec",
     default=None,
-    metavar="MODULE:FACTORY",
-    help="A function returning (model, closure); closure() runs the forward pass and returns "
-    "the loss. [default: the built-in GPT]",
+    metavar="MODEL",
+    help="gpt (the built-in GPT), convnet, hf:<name> (a Hugging Face model from its config, "
+    "random weights: hf:gpt2, hf:bert-base-uncased, hf:t5-small; add :tiny for 2 layers), "
+    "timm:<name>, or package.module:factory, a function returning (model, closure) or "
+    "(model, batch); closure() runs the forward pass and returns the loss. "
+    "[default: the built-in GPT]",
 )
 @click.option(
     "--precision",
@@ -25,7 +28,18 @@ __all__ = ["doctor"]
     help="The precision to diagnose: fp16, bf16, fp32 (or an alias), or auto.",
 )
 @click.option("--steps", type=int, default=3, show_default=True, help="fp32 steps to measure.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the built-in GPT.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the weights and batches of built-in and hf:/timm: models.",
+)
+@click.option(
+    "--findings-only",
+    is_flag=True,
+    help="Print only the findings and the recommendation (no per-module table, no map).",
+)
 @click.option(
     "--json",
     "json_path",
@@ -59,13 +73,15 @@ def doctor(**options: Any) -> None:
 
     Runs a few fp32 steps with hooks on every module and measures each module's activations
     and gradients against fp16, bf16 and fp8 (overflow, underflow, error of its output in the
-    candidate precision); prints the findings, a recommendation (precision, initial loss
-    scale, modules to keep in fp32) and the per-module table.
+    candidate precision); prints the findings first, then a recommendation (precision, initial
+    loss scale, modules to keep in fp32), then the per-module table and the precision map
+    (--findings-only stops after the recommendation). The model is left unchanged.
 
     \b
     Examples:
       ampkit doctor                                  # the built-in GPT, fp16
       ampkit doctor --precision bf16 --steps 5
+      ampkit doctor --model hf:gpt2:tiny --findings-only
       ampkit doctor --model mymodels.vit:make --html doctor.html --json doctor.json
       ampkit doctor --metrics runs/fp16/metrics.jsonl --html doctor.html
     """
@@ -73,7 +89,7 @@ def doctor(**options: Any) -> None:
 
     from ampkit.cli.outputs import check_output, writing
     from ampkit.doctor import diagnose
-    from ampkit.doctor.inputs import builtin_case, load_factory, load_scale_history
+    from ampkit.doctor.inputs import load_case, load_scale_history
     from ampkit.errors import ConfigurationError
 
     if options["steps"] < 1:
@@ -86,20 +102,17 @@ def doctor(**options: Any) -> None:
     check_output(options["json_path"], "--json")
     check_output(options["html_path"], "--html", creates_folders=True)
     history = load_scale_history(options["metrics_path"]) if options["metrics_path"] else None
-    if options["model_spec"]:
-        model, closure = load_factory(options["model_spec"])
-    else:
-        model, closure = builtin_case(seed=options["seed"])
+    model, closure = load_case(options["model_spec"], seed=options["seed"])
     report = diagnose(
         model,
         closure,
         options["precision"],
         steps=options["steps"],
-        with_precision_map=options["with_map"],
+        with_precision_map=options["with_map"] and not options["findings_only"],
     )
     if history is not None:
         report = replace(report, scale_history=history)
-    click.echo(report.to_text())
+    click.echo(report.to_text(findings_only=options["findings_only"]))
     if options["json_path"]:
         with writing(options["json_path"], "--json"):
             report.to_json(options["json_path"])

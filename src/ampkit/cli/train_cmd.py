@@ -126,6 +126,13 @@ def _positive_or_none(value: float) -> float | None:
     show_default=True,
     help="Width of the GPT (a multiple of --n-head).",
 )
+@click.option(
+    "--allow-precision-change",
+    is_flag=True,
+    help="With --resume: accept a checkpoint saved under another precision (e.g. fp16 -> bf16 "
+    "after a divergence); weights and optimizer carry over, the loss-scaler state is dropped "
+    "and the change is recorded in metrics.jsonl.",
+)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
 @click.option(
     "--compile-mode",
@@ -174,6 +181,7 @@ def train(**options: Any) -> None:
       ampkit train --data notes.txt --grad-accum 4 --max-grad-norm 0.5
       ampkit train --out runs/a --checkpoint-every 50 --keep-last 2
       ampkit train --out runs/a --checkpoint-every 50 --resume auto   # after a crash
+      ampkit train --out runs/a --resume auto --precision bf16 --allow-precision-change
       ampkit train --nproc 2 --batch-size 8    # = torchrun --nproc_per_node=2 -m ampkit train
     """
     import os

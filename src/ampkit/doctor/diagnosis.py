@@ -10,8 +10,10 @@
 It runs ``steps`` fp32 steps (``closure()`` then ``loss.backward()``) with hooks on every module,
 measures each module's activations and gradients against fp16, bf16 and fp8, re-runs each module
 once under autocast in the candidate precision to measure its own error, and says where each
-problem starts. The model's parameters, gradients and buffers are as before afterwards (unless
-you pass an ``optimizer``, which then steps).
+problem starts. The model is as before afterwards: parameters, gradients, buffers (BatchNorm
+statistics), train/eval modes and the global RNG (unless you pass an ``optimizer``, which then
+steps); key/value caches are off during the analysis (``config.use_cache = False``), so no
+cache entry written in one precision is read in another.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch import nn
 from ampkit.doctor.dtype_map import precision_map as run_precision_map
 from ampkit.doctor.findings import Tolerances, evaluate, recommend
 from ampkit.doctor.hooks import observe
+from ampkit.doctor.isolation import preserved_state
 from ampkit.doctor.recorder import ModuleState, Recorder
 from ampkit.doctor.report import NumericsReport
 from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, PhaseRow
@@ -211,34 +214,39 @@ def diagnose(
     replay = {"fp32": [], "bf16": ["bf16"], "fp16": ["fp16", "bf16"]}[candidate]
     recorder = Recorder(model, limits, replay)
     params = list(model.parameters())
+    pmap = None
     bad_loss: tuple[int, float] | None = None  # (step, value) of the first inf/NaN loss
-    saved_grads = [p.grad for p in params]
-    saved_buffers = [b.detach().clone() for b in model.buffers()]
-    try:
-        for p in params:
-            p.grad = None
-        with observe(model, recorder):
-            for step in range(1, steps + 1):
-                recorder.step = step
-                with torch.autocast(device.type, enabled=False):
-                    loss = _check_loss(closure(), step)
-                value = float(loss.detach())  # one sync per step: the doctor is not a hot loop
-                if bad_loss is None and not math.isfinite(value):
-                    bad_loss = (step, value)
-                loss.backward()
-                if optimizer is not None:
-                    optimizer.step()
-                    optimizer.zero_grad(set_to_none=True)
-                else:
-                    for p in params:
-                        p.grad = None
-    finally:
-        recorder.active = False
-        for p, g in zip(params, saved_grads, strict=True):
-            p.grad = g
-        with torch.no_grad():
-            for b, saved in zip(model.buffers(), saved_buffers, strict=True):
-                b.copy_(saved)
+    with preserved_state(model, device):
+        try:
+            for p in params:
+                p.grad = None
+            with observe(model, recorder):
+                for step in range(1, steps + 1):
+                    recorder.step = step
+                    with torch.autocast(device.type, enabled=False):
+                        loss = _check_loss(closure(), step)
+                    value = float(loss.detach())  # one sync per step: not a hot loop
+                    if bad_loss is None and not math.isfinite(value):
+                        bad_loss = (step, value)
+                    loss.backward()
+                    if optimizer is not None:
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+                    else:
+                        for p in params:
+                            p.grad = None
+        finally:
+            recorder.active = False
+        if with_precision_map:
+            policy = replace(
+                resolve_precision("fp32", device),
+                device=device,
+                precision=candidate,
+                compute_dtype={"fp16": torch.float16, "bf16": torch.bfloat16}.get(
+                    candidate, torch.float32
+                ),
+            )
+            pmap = run_precision_map(model, closure, policy)
 
     states = recorder.states
     grad_max = max((s.backward.max_abs for s in states.values()), default=0.0)
@@ -282,17 +290,7 @@ def diagnose(
         input_overflow=input_overflow,
         hardware=f"auto picks {auto.precision} here: {auto.reason}",
     )
-    pmap = None
-    if with_precision_map:
-        policy = replace(
-            resolve_precision("fp32", device),
-            device=device,
-            precision=candidate,
-            compute_dtype={"fp16": torch.float16, "bf16": torch.bfloat16}.get(
-                candidate, torch.float32
-            ),
-        )
-        pmap = run_precision_map(model, closure, policy)
+    if pmap is not None:
         findings = _note_fp32_outputs(findings, pmap)
     used = {f.name: f.to_dict() for f in number_formats()}
     return NumericsReport(

@@ -2,7 +2,7 @@
 no network), readable offline and attachable to an issue.
 
 Per module, the distribution of activation and gradient magnitudes (``log2|x|`` histogram, log
-x axis) is drawn under bars for the range each format represents: thick from the smallest
+x axis, log y axis so that a tail of a fraction of a percent shows) is drawn under bars for the range each format represents: thick from the smallest
 normal value to the largest, thin down to the smallest subnormal. For gradients the fp16 bar is
 divided by the loss scale (what fp16 covers in unscaled gradient units) and the fp8 bars are
 placed by per-tensor scaling (their top at the largest magnitude). Plots are drawn with
@@ -91,9 +91,20 @@ def _panel(ax: Any, report: ReportView, phase: str, stats: PhaseRow | None) -> N
     used = [i for i, c in enumerate(stats.hist) if c]
     lefts = [2.0 ** (HIST_MIN_EXPONENT + i) for i in used]
     fractions = [stats.hist[i] / total for i in used]
-    ax.bar(lefts, fractions, width=[x for x in lefts], align="edge", color="#555555")
-    ax.set_ylim(0, max(fractions) * 1.9)
-    ax.set_ylabel("share of values", fontsize=7)
+    # log y: a 0.2% tail past a format's range is as visible as the bulk of the values
+    floor = min(fractions) / 4
+    ax.bar(
+        lefts,
+        [f - floor for f in fractions],
+        bottom=floor,
+        width=[x for x in lefts],
+        align="edge",
+        color="#555555",
+    )
+    ax.set_yscale("log", base=10)
+    ax.set_ylim(floor, max(fractions) * 40)  # the top of the panel is left to the format bars
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.set_ylabel("share of values (log)", fontsize=7)
     bars = _ranges(report, phase, stats)
     # the axis spans the data and the narrow formats; bf16 (fp32's range) runs off both ends
     narrow = [b for b in bars if b[0] != "bf16"]
@@ -229,7 +240,8 @@ def write_html(report: ReportView, path: Path) -> Path:
         ]
     parts += [
         "<h2>Magnitudes per layer</h2>",
-        "<p>Grey: share of non-zero values per power of two (fp32 run). Bars: the range of each "
+        "<p>Grey: share of non-zero values per power of two (fp32 run; log scale, so a "
+        "tail of 0.1% past a format's range is visible). Bars: the range of each "
         "format, thick for normal values, thin for subnormals. Gradients: fp16 in unscaled "
         "units (divided by the loss scale); fp8 placed by per-tensor scaling.</p>",
     ]

@@ -1,13 +1,10 @@
-"""What ``ampkit doctor`` diagnoses: the built-in GPT, a user's ``module:factory``, and the
-loss-scale history of an ``ampkit train --out`` run."""
+"""What ``ampkit doctor`` diagnoses: a ``--model`` string (the built-in GPT by default, a
+library model, a user's ``module:factory``), and the loss-scale history of an
+``ampkit train --out`` run."""
 
 from __future__ import annotations
 
-import difflib
-import importlib
 import json
-import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,10 +12,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit._factory import call_factory
 from ampkit.errors import ConfigurationError, DataError
+from ampkit.model_spec import build_model, call_factory, from_factory_result, gpt_model
 
-__all__ = ["builtin_case", "load_factory", "load_scale_history"]
+__all__ = ["builtin_case", "load_case", "load_factory", "load_scale_history"]
 
 Case = tuple[nn.Module, Callable[[], torch.Tensor]]
 
@@ -27,82 +24,63 @@ def builtin_case(
     *, seed: int = 0, batch_size: int = 8, seq_len: int = 64, device: torch.device | None = None
 ) -> Case:
     """A small built-in GPT on the standard-library corpus; each closure call is a new batch."""
-    from ampkit.gpt.corpus import load_corpus
-    from ampkit.gpt.model import GPT, GPTConfig
-
-    corpus = load_corpus(max_bytes=200_000)
-    torch.manual_seed(seed)
-    model = GPT(GPTConfig(block_size=seq_len, n_layer=2, n_head=4, n_embd=64))
+    built = gpt_model(batch_size, seq_len, n_embd=64, seed=seed, corpus_bytes=200_000)
     dev = device or torch.device("cpu")
-    model.to(dev)
-    calls = [0]
-
-    def closure() -> torch.Tensor:
-        x, y = corpus.batch(calls[0], batch_size, seq_len, seed=seed, device=dev)
-        calls[0] += 1
-        _, loss = model(x, y)
-        return loss
-
-    return model, closure
+    built.model.to(dev)
+    return built.model, built.closure(device=dev)
 
 
 def load_factory(spec: str) -> Case:
-    """Import ``package.module:factory``, call it, and check it returned ``(model, closure)``.
+    """Import ``package.module:factory`` (current folder first), call it, and make a case.
 
-    The current directory is searched first, as ``python -m`` would.
+    The factory returns ``(model, closure)`` (``closure()`` runs the forward pass and returns
+    the loss), or anything :func:`ampkit.model_spec.from_factory_result` accepts:
+    ``(model, batch)``, ``(model, inputs, targets)`` or a ``BuiltModel``.
 
     Raises:
         ConfigurationError: the spec is malformed, the module or the function does not exist,
-            or the factory returned something other than ``(nn.Module, callable)``.
+            or the factory returned none of the forms above.
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr or not attr.isidentifier():
-        raise ConfigurationError(
-            f"--model: {spec!r} is not of the form package.module:factory. Name a module and a "
-            "function in it that returns (model, closure), e.g. mymodels.vit:make."
-        )
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not module_name.startswith(exc.name):
-            raise  # the user's module exists but imports something missing: show it
-        raise ConfigurationError(
-            f"--model: cannot import {module_name!r} (no module named {exc.name!r}). Pass an "
-            "importable module: run from the folder that holds it, or install its package."
-        ) from None
-    finally:
-        if added:
-            sys.path.remove(cwd)
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        names = [n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n])]
-        guess = difflib.get_close_matches(attr, names, n=1)
-        hint = f" Did you mean {guess[0]!r}?" if guess else ""
-        raise ConfigurationError(
-            f"--model: {module_name} has no function {attr!r}.{hint} The factory must be a "
-            "function returning (model, closure)."
-        )
-    result = call_factory(factory, spec, "(model, closure)")
+    made = call_factory(spec)
     if (
-        not isinstance(result, tuple)
-        or len(result) != 2
-        or not isinstance(result[0], nn.Module)
-        or not callable(result[1])
+        isinstance(made, tuple)
+        and len(made) == 2
+        and isinstance(made[0], nn.Module)
+        and callable(made[1])
+        and not isinstance(made[1], nn.Module)
     ):
+        return made
+    try:
+        built = from_factory_result(spec, made)
+    except ConfigurationError:
         seen = (
-            f"a tuple of ({', '.join(type(r).__name__ for r in result)})"
-            if isinstance(result, tuple)
-            else f"a {type(result).__name__}"
+            f"a tuple of ({', '.join(type(r).__name__ for r in made)})"
+            if isinstance(made, tuple)
+            else f"a {type(made).__name__}"
         )
         raise ConfigurationError(
             f"--model: {spec}() returned {seen}. It must return (model, closure): an "
-            "nn.Module and a function that runs the forward pass and returns the loss."
-        )
-    return result
+            "nn.Module and a function that runs the forward pass and returns the loss; or "
+            "(model, batch), (model, inputs, targets), or an ampkit.model_spec.BuiltModel."
+        ) from None
+    return built.model, built.closure()
+
+
+def load_case(spec: str | None, *, seed: int = 0) -> Case:
+    """The model and closure for ``--model``: None or ``gpt`` is the built-in GPT; ``hf:``,
+    ``timm:``, ``convnet`` are built by :func:`ampkit.model_spec.build_model` (seeded);
+    anything else is a factory (:func:`load_factory`).
+
+    Raises:
+        ConfigurationError: as :func:`ampkit.model_spec.build_model` and :func:`load_factory`.
+        MissingDependencyError: ``hf:``/``timm:`` without the library installed.
+    """
+    if spec is None or spec == "gpt":
+        return builtin_case(seed=seed)
+    if spec == "convnet" or spec.partition(":")[0] in ("hf", "timm") or ":" not in spec:
+        built = build_model(spec, seed=seed)
+        return built.model, built.closure()
+    return load_factory(spec)
 
 
 def load_scale_history(path: str | Path) -> tuple[dict[str, Any], ...]:

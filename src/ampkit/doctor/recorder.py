@@ -7,8 +7,9 @@ of its outputs was clean and the gradients it produced (for its inputs and own p
 not (backward).
 
 On the first step each module is also re-run, before its real forward, under autocast in each
-candidate format from clones of the same fp32 inputs (no grad, the RNG forked, buffers restored),
-so the relative error of its output is its own, not inherited from upstream layers.
+candidate format from clones of the same fp32 inputs (no grad, the RNG forked, buffers restored,
+stateful arguments such as a key/value cache copied, see :mod:`ampkit.doctor.isolation`), so the
+relative error of its output is its own, not inherited from upstream layers.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit._tree import floating_tensors, map_tensors
+from ampkit._tree import floating_tensors
 from ampkit.doctor.hooks import on_grad
+from ampkit.doctor.isolation import isolated_copy
 from ampkit.doctor.stats import FormatLimits, RangeStats
 
 __all__ = ["CallRecord", "ModuleState", "Recorder", "tensor_ranges"]
@@ -155,10 +157,13 @@ class Recorder:
                 with (
                     torch.no_grad(),
                     torch.random.fork_rng(devices=rng_devices),
-                    torch.autocast(device.type, dtype=_DTYPES[fmt]),
+                    # no weight-cast cache: the fp16 copy of a weight cached in one re-run
+                    # would otherwise be reused by the bf16 re-run inside the same outer region
+                    torch.autocast(device.type, dtype=_DTYPES[fmt], cache_enabled=False),
                 ):
                     try:
-                        out = module(*_clone(args), **_clone(kwargs))
+                        copied_args, copied_kwargs = isolated_copy((args, kwargs))
+                        out = module(*copied_args, **copied_kwargs)
                     except RuntimeError as exc:  # e.g. an op without a kernel for this dtype
                         results[fmt] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                         continue
@@ -229,10 +234,6 @@ class Recorder:
         state.backward.add(grad)
         if state.records:
             state.records[-1].saw_made_grad(grad)
-
-
-def _clone(value: Any) -> Any:
-    return map_tensors(lambda t: t.detach().clone() if t.is_floating_point() else t, value)
 
 
 def _rel_error(reference: list[torch.Tensor], low: list[torch.Tensor]) -> float | None:

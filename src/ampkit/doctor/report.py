@@ -85,9 +85,10 @@ class NumericsReport:
             atomic_write(path, text + "\n")
         return text
 
-    def to_text(self) -> str:
-        """The terminal report: findings, recommendation, per-module table, precision map."""
-        return render_text(self)
+    def to_text(self, *, findings_only: bool = False) -> str:
+        """The terminal report: findings, recommendation, then (unless ``findings_only``) the
+        per-module table and the precision map."""
+        return render_text(self, findings_only=findings_only)
 
     def to_html(self, path: str | Path) -> Path:
         """Write a self-contained HTML report (inline plots, no network) to ``path``."""

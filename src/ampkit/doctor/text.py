@@ -65,9 +65,9 @@ def module_table(report: ReportView) -> str:
     return "\n".join(lines)
 
 
-def render_text(report: ReportView) -> str:
-    """Findings first (what a person debugging a NaN reads), then the recommendation, then the
-    per-module table and the precision map."""
+def render_text(report: ReportView, *, findings_only: bool = False) -> str:
+    """Findings first (what a person debugging a NaN reads), then the recommendation, then
+    (unless ``findings_only``) the per-module table and the precision map."""
     rec = report.recommendation
     scale = f" (gradients at loss scale {report.loss_scale:g})" if report.loss_scale else ""
     out = [
@@ -94,6 +94,8 @@ def render_text(report: ReportView) -> str:
     if rec.hardware:
         out.append(f"  hardware   {rec.hardware}")
     out += ["  apply it:", *("    " + line for line in rec.snippet().splitlines())]
+    if findings_only:
+        return "\n".join(out)
     out += [
         "",
         "per module (share of non-zero values that become subnormal or zero; OVER: share that "

@@ -50,6 +50,8 @@ class TrainConfig:
             the settings recorded in the checkpoint are compared with these before any step.
         overwrite: replace an earlier run's outputs in ``out`` (otherwise a fresh run refuses
             a folder that holds them).
+        allow_precision_change: resume a checkpoint saved under another precision on purpose
+            (fp16 -> bf16): weights and optimizer carry over, the loss-scaler state is dropped.
         compile: ``torch.compile`` the model.
         compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
         strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
@@ -79,6 +81,7 @@ class TrainConfig:
     checkpoint_every: int | None = None
     keep_last: int | None = None
     resume: str | None = None
+    allow_precision_change: bool = False
     compile: bool = False
     compile_mode: str | None = None
     strategy: str = "auto"
@@ -104,6 +107,8 @@ class TrainConfig:
                 "--overwrite (replace the earlier run) and --resume (continue it) exclude each "
                 "other"
             )
+        if self.allow_precision_change and not self.resume:
+            problems.append("--allow-precision-change applies when resuming: add --resume auto")
         if problems:
             raise ConfigurationError("invalid settings: " + "; ".join(problems) + ".")
 

@@ -245,6 +245,8 @@ def _train(
             tokens_per_sample=config.seq_len,
             scaler=scaler,
             run_config=run_record(config, digest()) if checkpoints else None,
+            progress_bar=False,  # the caller passes its own display as a callback
+            resume_precision_change=config.allow_precision_change,
         )
     result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(

@@ -33,6 +33,7 @@ FREE = frozenset(
         "keep_last",
         "resume",
         "overwrite",
+        "allow_precision_change",
         "compile",
         "compile_mode",
         "strategy",
@@ -92,7 +93,13 @@ def check_resume_config(
     notes: list[str] = []
     differences: list[str] = []
     if saved_precision is not None and saved_precision != precision:
-        differences.append(f"--precision {saved_precision} (now {precision})")
+        if config.allow_precision_change:
+            notes.append(
+                f"--allow-precision-change: resuming the {saved_precision} checkpoint in "
+                f"{precision} (weights and optimizer carry over, loss-scaler state dropped)"
+            )
+        else:
+            differences.append(f"--precision {saved_precision} (now {precision})")
     if saved is None:
         notes.append(
             f"{checkpoint} records no settings (written by an older ampkit): only the "

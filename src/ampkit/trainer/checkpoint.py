@@ -161,10 +161,12 @@ def snapshot(parts: TrainingParts) -> tuple[dict[str, torch.Tensor], dict[str, A
 
 @dataclass(frozen=True)
 class Restored:
-    """What :func:`restore` did: the checkpoint's world size, and notes for ``FitResult``."""
+    """What :func:`restore` did: the checkpoint's world size, notes for ``FitResult``, and the
+    checkpoint's precision when it was deliberately resumed into another one (else None)."""
 
     saved_world_size: int
     notes: list[str]
+    changed_from: str | None = None
 
 
 def _check_shapes(model: nn.Module, found: dict[str, tuple[int, ...]], path: Path) -> None:
@@ -214,17 +216,19 @@ def _load_full(parts: TrainingParts, path: Path, manifest: dict, state: dict) ->
         parts.optimizer.load_state_dict(state[OPTIMIZER])
 
 
-def restore(parts: TrainingParts, path: Path) -> Restored:
+def restore(parts: TrainingParts, path: Path, *, allow_precision_change: bool = False) -> Restored:
     """Load a checkpoint into the parts, before any training step; verify it first.
 
     A checkpoint from another number of processes is resharded: the data position is
     recomputed from the samples consumed and the RNG of a rank without a saved state is
-    re-seeded from ``(seed, step, rank)``; the notes say so.
+    re-seeded from ``(seed, step, rank)``; the notes say so. A checkpoint of another
+    precision is accepted only with ``allow_precision_change`` (its loss-scaler state is then
+    dropped; ``Restored.changed_from`` names the saved precision).
 
     Raises:
         CheckpointError: the checkpoint is corrupt, from another model shape or another
-            precision; or from another world size when the data position cannot be
-            recomputed (no ``batch_size``, or not a whole number of micro-batches).
+            precision (unless allowed); or from another world size when the data position
+            cannot be recomputed (no ``batch_size``, or not a whole number of micro-batches).
     """
     path = Path(path)
     manifest = folder.verify_checkpoint(path)
@@ -243,7 +247,9 @@ def restore(parts: TrainingParts, path: Path) -> Restored:
             f"resume: {path} records world size {saved_world!r} but {len(state[RNG])} RNG "
             "states; it is damaged. Resume from another checkpoint."
         )
-    parts.engine.load_state_dict(state[ENGINE])
+    changed_from = parts.engine.load_state_dict(
+        state[ENGINE], allow_precision_change=allow_precision_change
+    )
     if layout == "full":
         _load_full(parts, path, manifest, state)
     else:
@@ -254,7 +260,7 @@ def restore(parts: TrainingParts, path: Path) -> Restored:
     parts.counters.load_state_dict(state[TRAINER])
     if saved_world == parts.dist.world_size:
         set_rng_state(state[RNG][parts.dist.rank])
-        return Restored(saved_world, [])
+        return Restored(saved_world, [], changed_from)
     notes = reshard_counters(
         parts.counters,
         state.get(DATA),
@@ -265,7 +271,7 @@ def restore(parts: TrainingParts, path: Path) -> Restored:
         world_size=parts.dist.world_size,
         seed=parts.seed,
     )
-    return Restored(saved_world, notes)
+    return Restored(saved_world, notes, changed_from)
 
 
 def find_resume_checkpoint(

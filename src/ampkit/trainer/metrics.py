@@ -15,6 +15,8 @@ import torch.distributed as dist
 
 __all__ = ["StepMetrics", "Throughput", "peak_memory", "reset_peak_memory"]
 
+_OPTIONAL = ("eval_loss", "precision_change")  # written only when set
+
 
 @dataclass(frozen=True)
 class StepMetrics:
@@ -30,6 +32,10 @@ class StepMetrics:
         step_time_ms: mean wall time per step over the logged interval.
         samples_per_s: samples (over all ranks) per second over the logged interval.
         tokens_per_s: tokens per second, when the run knows its tokens per sample.
+        eval_loss: mean loss over ``eval_data`` at this step (``Trainer(eval_every=...)``);
+            left out of the JSON line when not evaluated.
+        precision_change: ``"fp16 -> bf16"`` on the first row after a resume that changed
+            the precision on purpose; left out of the JSON line otherwise.
     """
 
     step: int
@@ -41,12 +47,15 @@ class StepMetrics:
     step_time_ms: float
     samples_per_s: float
     tokens_per_s: float | None = None
+    eval_loss: float | None = None
+    precision_change: str | None = None
 
     def to_json(self) -> str:
         """One JSON line; non-finite numbers become null so every line parses as strict JSON."""
         row = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in asdict(self).items()
+            if k not in _OPTIONAL or v is not None
         }
         return json.dumps(row, separators=(",", ":"))
 
@@ -120,6 +129,11 @@ class Throughput:
         if self.world_size > 1:
             dist.all_reduce(total)
         return bool(torch.isfinite(total))
+
+    def restart_interval(self) -> None:
+        """Start the current interval now (time spent outside training, such as an
+        evaluation, is then not counted against the next logged step's throughput)."""
+        self._interval_start = time.perf_counter()
 
     @property
     def wall_s(self) -> float:

@@ -11,7 +11,8 @@
         for each micro-batch of the resumable, rank-aware loader:
             with mp.accumulate(model), mp.autocast(): loss = batch_loss(model, batch)
             mp.backward(loss); result = mp.step(optimizer, scheduler)
-            if the window ended: [on_step_end]; log [on_log]; checkpoint [on_checkpoint]
+            if the window ended: [on_step_end]; evaluate every eval_every steps;
+                log [on_log]; checkpoint [on_checkpoint]
             fp32/bf16: a non-finite loss at a logged or checkpoint step stops training
     [on_fit_end] (or [on_exception] when it raised); [close]; destroy the process group
 
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +43,7 @@ from ampkit.errors import (
 )
 from ampkit.policy import resolve_device
 from ampkit.scaler import LossScaler
-from ampkit.trainer.callbacks import Callback, MetricsFile
+from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
 from ampkit.trainer.checkpoint import (
     TrainingParts,
     find_resume_checkpoint,
@@ -121,6 +124,16 @@ class Trainer:
         tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
         scaler: a configured :class:`~ampkit.LossScaler` for fp16 (default: one with the
             standard settings); refused under bf16/fp32, which need no loss scaling.
+        eval_every: evaluate ``eval_data`` every N optimizer steps (and at the last step);
+            the mean loss is the ``eval_loss`` of that step's metrics row. Needs ``eval_data``.
+        eval_data: batches to evaluate (a re-iterable, e.g. a DataLoader), under the policy's
+            autocast without gradients; the training RNG is not touched.
+        progress_bar: show a :class:`~ampkit.callbacks.ProgressBar` (rank 0). None: when
+            stderr is a terminal and no ProgressBar is among ``callbacks``.
+        resume_precision_change: allow resuming a checkpoint saved under another precision
+            (e.g. fp16 -> bf16 after a divergence): weights and optimizer state carry over,
+            the loss-scaler state is dropped, and the change is noted in ``FitResult.notes``
+            and in the first metrics row after the resume (``precision_change``).
         run_config: the run's settings (JSON-ready), recorded as ``config`` in every
             checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
 
@@ -169,6 +182,10 @@ class Trainer:
         tokens_per_sample: int | None = None,
         scaler: LossScaler | None = None,
         run_config: Mapping[str, Any] | None = None,
+        eval_every: int | None = None,
+        eval_data: Any = None,
+        progress_bar: bool | None = None,
+        resume_precision_change: bool = False,
     ) -> None:
         for name, value, optional in [
             ("max_steps", max_steps, False),
@@ -176,8 +193,14 @@ class Trainer:
             ("keep_last", keep_last, True),
             ("log_every", log_every, False),
             ("batch_size", batch_size, True),
+            ("eval_every", eval_every, True),
         ]:
             _check_positive(name, value, optional)
+        if (eval_every is None) != (eval_data is None):
+            raise ConfigurationError(
+                "Trainer: eval_every and eval_data go together: pass both (eval_every=N, "
+                "eval_data=batches) to evaluate every N steps, or neither."
+            )
         if (checkpoint_every or keep_last or resume) and checkpoint_dir is None:
             raise ConfigurationError(
                 "Trainer: checkpoint_every, keep_last and resume need checkpoint_dir. "
@@ -244,10 +267,18 @@ class Trainer:
         self._in_loop = False
         self.compile, self.compile_mode = compile, compile_mode
         self.channels_last, self.cudnn_benchmark = channels_last, cudnn_benchmark
+        if progress_bar is None:
+            progress_bar = sys.stderr.isatty() and not any(
+                isinstance(c, ProgressBar) for c in callbacks
+            )
         self.callbacks: list[Callback] = [
             *([MetricsFile(metrics_file)] if metrics_file else []),
+            *([ProgressBar()] if progress_bar else []),
             *callbacks,
         ]
+        self.eval_every, self.eval_data = eval_every, eval_data
+        self.resume_precision_change = resume_precision_change
+        self._precision_change: str | None = None
         self.log_every, self.tokens_per_sample = log_every, tokens_per_sample
         self.final_weights = Path(final_weights) if final_weights else None
         self.run_config = dict(run_config) if run_config is not None else None
@@ -334,13 +365,22 @@ class Trainer:
         path, notes = find_resume_checkpoint(self.checkpoint_dir, self.resume)
         self.notes.extend(notes)
         if path is not None:
-            restored = restore(self._parts(), path)
+            restored = restore(
+                self._parts(), path, allow_precision_change=self.resume_precision_change
+            )
             self._resharded = restored.saved_world_size != self.dist.world_size
             self.resumed_from = path
             self.notes.append(f"resumed from {path} at step {self.state.step}")
             self.notes.extend(restored.notes)
             for note in self.notes[-1 - len(restored.notes) :]:
                 log.info(note)
+            if restored.changed_from is not None:
+                self._precision_change = f"{restored.changed_from} -> {self.mp.policy.precision}"
+                self.notes.append(
+                    f"precision changed on resume: {self._precision_change} (weights and "
+                    "optimizer state carried over, loss-scaler state dropped)"
+                )
+                log.warning(self.notes[-1])
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -469,8 +509,9 @@ class Trainer:
         """Callbacks, the logged row and the checkpoint of one finished optimizer step."""
         for callback in self.callbacks:
             callback.on_step_end(self, result)
-        logged = self.state.step % self.log_every == 0 or done
-        if logged:
+        evaluate = self.eval_every is not None and (self.state.step % self.eval_every == 0 or done)
+        logged = self.state.step % self.log_every == 0 or done or evaluate
+        if logged or self._precision_change:
             metrics = meter.row(
                 step=self.state.step,
                 lr=self._parts().optimizer.param_groups[0]["lr"],
@@ -478,6 +519,12 @@ class Trainer:
                 skipped=result.skipped,
                 grad_norm=result.grad_norm,
             )
+            if evaluate:
+                metrics = replace(metrics, eval_loss=self._evaluate_forked(self.eval_data))
+                meter.restart_interval()
+            if self._precision_change:
+                metrics = replace(metrics, precision_change=self._precision_change)
+                self._precision_change = None
             for callback in self.callbacks:
                 callback.on_log(self, metrics)  # the row with the inf/NaN is logged, then we stop
             if self._watch_loss and not math.isfinite(metrics.loss):
@@ -574,6 +621,13 @@ class Trainer:
                 raise StorageError.from_os_error(
                     exc, str(path), "Training finished; its last checkpoint (if any) is intact."
                 ) from None
+
+    def _evaluate_forked(self, data: Iterable[Any]) -> float:
+        """:meth:`evaluate` with the RNG streams restored afterwards, so that evaluating
+        (a shuffling loader, say) leaves the training run exactly as without it."""
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            return self.evaluate(data)
 
     @torch.no_grad()
     def evaluate(self, data: Iterable[Any]) -> float:
