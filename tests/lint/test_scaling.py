@@ -3,7 +3,7 @@
 A script with hundreds of module-level training loops used to take time growing with the
 cube of the loop count. The generated files below mix the shapes the rules look at
 (loops, accumulation guards, branches, helpers followed into, classes) and are timed in
-CPU seconds of this process, so a busy machine does not make the test flaky.
+CPU seconds of this thread, so a busy machine does not make the test flaky.
 """
 
 from __future__ import annotations
@@ -82,10 +82,15 @@ def generate(lines: int) -> str:
     return "".join(parts)
 
 
-def _cpu_seconds(text: str) -> tuple[float, int]:
-    start = time.process_time()
-    findings = check_source(text, "generated.py")
-    return time.process_time() - start, len(findings)
+def _cpu_seconds(text: str, repeat: int = 1) -> tuple[float, int]:
+    """CPU seconds of this thread (other threads of the test process, such as torch's, do not
+    count), the fastest of ``repeat`` runs, and the number of findings."""
+    best, found = float("inf"), 0
+    for _ in range(repeat):
+        start = time.thread_time()
+        found = len(check_source(text, "generated.py"))
+        best = min(best, time.thread_time() - start)
+    return best, found
 
 
 def test_five_thousand_line_file_lints_in_seconds() -> None:
@@ -98,8 +103,8 @@ def test_five_thousand_line_file_lints_in_seconds() -> None:
 
 
 def test_cost_grows_linearly_with_loops() -> None:
-    small, found_small = _cpu_seconds(generate(1000))
-    large, found_large = _cpu_seconds(generate(5000))
+    small, found_small = _cpu_seconds(generate(1000), repeat=3)
+    large, found_large = _cpu_seconds(generate(5000), repeat=2)
     assert found_large > 4 * found_small
     # five times the code: well under the 25x of a quadratic rule (allowing for noise)
     assert large < 10 * max(small, 0.05), f"1,000 lines: {small:.2f}s, 5,000 lines: {large:.2f}s"
