@@ -23,7 +23,9 @@ def _positive_or_none(value: float) -> float | None:
     "--precision",
     default=_DEFAULT["precision"],
     show_default=True,
-    help="auto, fp32, fp16, bf16, fp16-mixed or bf16-mixed. auto picks from the hardware.",
+    help="auto, fp32, fp16, bf16, fp16-mixed, bf16-mixed, bf16-true (bf16 weights and "
+    "optimizer state) or fp8 (fp8-tensorwise, fp8-rowwise, fp8-rowwise-gw-hp; CUDA 8.9+). "
+    "auto picks from the hardware (never bf16-true or fp8).",
 )
 @click.option(
     "--device", default=None, help="cpu, cuda or cuda:N. [default: cuda if available, else cpu]"
@@ -101,7 +103,12 @@ def _positive_or_none(value: float) -> float | None:
     help="auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh); "
     "or a checkpoint folder.",
 )
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
+@click.option(
+    "--compile/--no-compile",
+    "compile_",
+    default=None,
+    help="torch.compile the model. [default: on for fp8 on CUDA, else off]",
+)
 @click.option(
     "--compile-mode",
     type=click.Choice(["default", "reduce-overhead", "max-autotune"]),
@@ -134,6 +141,13 @@ def _positive_or_none(value: float) -> float | None:
     help="Stop at the first inf/NaN and name the module that produced it.",
 )
 @click.option(
+    "--update-compensation",
+    type=click.Choice(["kahan", "stochastic", "none"]),
+    default=None,
+    help="bf16-true only: Kahan-compensated or stochastically rounded weight updates, or none "
+    "(warns: small updates are lost). [default: kahan]",
+)
+@click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
 )
 def train(**options: Any) -> None:
@@ -161,7 +175,8 @@ def train(**options: Any) -> None:
     from ampkit.gpt.job import train as run_training
 
     show_progress = options.pop("progress") and os.environ.get("RANK", "0") == "0"
-    options["compile"] = options.pop("compile_") or options["compile_mode"] is not None
+    compile_ = options.pop("compile_")
+    options["compile"] = True if options["compile_mode"] is not None else compile_
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
     from ampkit.trainer.callbacks import ProgressBar

@@ -233,6 +233,7 @@ def fp8_plan(
     measure: bool | None = None,
     max_lost: float = 0.01,
     min_speedup: float = 1.0,
+    use_size_prior: bool = True,
 ) -> Fp8Plan:
     """Decide, per ``nn.Linear`` of ``model``, whether to train it in fp8 (module doc: rules).
 
@@ -247,6 +248,8 @@ def fp8_plan(
         measure: time each layer on the GPU; None: when the model is on CUDA.
         max_lost: largest share of lost input/gradient values accepted.
         min_speedup: smallest measured speed-up that converts a layer.
+        use_size_prior: where nothing was measured, apply torchao's size thresholds; False
+            converts every layer that passes the shape and numerics rules (emulated runs).
 
     Without a batch or closure only the shape rules and the size prior decide.
 
@@ -301,8 +304,10 @@ def fp8_plan(
             measured = timings[key]
             fp8 = measured >= min_speedup
             reason = f"measured {measured:.2f}x {'>=' if fp8 else '<'} {min_speedup:g}x"
-        else:
+        elif use_size_prior:
             fp8, reason = size_prior(recipe, k, n)
+        else:
+            fp8, reason = True, "shape and numerics pass (size prior not applied)"
         decisions.append(
             LayerDecision(
                 name, k, n, tokens, predicted, measured, input_lost, grad_lost, fp8, reason

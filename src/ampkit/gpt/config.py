@@ -36,11 +36,12 @@ class TrainConfig:
         checkpoint_every: write ``out/checkpoints/step-N`` every N steps (needs ``out``).
         keep_last: keep only the newest N checkpoints.
         resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path.
-        compile: ``torch.compile`` the model.
+        compile: ``torch.compile`` the model; None: on for fp8 on CUDA, else off.
         compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
         strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
         keep_fp32: module names of the GPT to run in fp32 under autocast.
         detect_nonfinite: stop at the first inf/NaN and name the module that made it.
+        update_compensation: bf16-true only: ``kahan`` (default), ``stochastic`` or ``none``.
     """
 
     precision: str = "auto"
@@ -65,11 +66,12 @@ class TrainConfig:
     checkpoint_every: int | None = None
     keep_last: int | None = None
     resume: str | None = None
-    compile: bool = False
+    compile: bool | None = None
     compile_mode: str | None = None
     strategy: str = "auto"
     keep_fp32: tuple[str, ...] = ()
     detect_nonfinite: bool = False
+    update_compensation: str | None = None
 
     def validate(self) -> None:
         """Raise one :class:`ConfigurationError` listing every invalid setting.

@@ -136,6 +136,7 @@ def train(
         final_weights=out / "model.safetensors" if out else None,
         tokens_per_sample=config.seq_len,
         scaler=scaler,
+        update_compensation=config.update_compensation,
     )
     result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(

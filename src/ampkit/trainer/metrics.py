@@ -30,6 +30,8 @@ class StepMetrics:
         step_time_ms: mean wall time per step over the logged interval.
         samples_per_s: samples (over all ranks) per second over the logged interval.
         tokens_per_s: tokens per second, when the run knows its tokens per sample.
+        lost_updates: bf16-true only: share of this step's intended weight updates that the
+            bf16 weights did not store (None for other precisions).
     """
 
     step: int
@@ -41,6 +43,7 @@ class StepMetrics:
     step_time_ms: float
     samples_per_s: float
     tokens_per_s: float | None = None
+    lost_updates: float | None = None
 
     def to_json(self) -> str:
         """One JSON line; non-finite numbers become null so every line parses as strict JSON."""

@@ -32,7 +32,7 @@ from ampkit._files import atomic_write
 from ampkit._tree import to_device
 from ampkit.engine import MixedPrecision, StepResult
 from ampkit.errors import CheckpointError, ConfigurationError
-from ampkit.policy import resolve_device
+from ampkit.policy import Policy, resolve_device
 from ampkit.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, MetricsFile
 from ampkit.trainer.checkpoint import (
@@ -52,11 +52,13 @@ from ampkit.trainer.distributed import (
     teardown_distributed,
     wrap_model,
 )
+from ampkit.trainer.low_precision import compile_default, plan_fp8, with_lost_updates
 from ampkit.trainer.metrics import Throughput, peak_memory, reset_peak_memory
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
 
 __all__ = ["FitResult", "Trainer"]
+
 
 log = logging.getLogger("ampkit")
 
@@ -95,6 +97,8 @@ class Trainer:
         resume: ``"auto"`` (newest valid checkpoint in ``checkpoint_dir``, else start fresh),
             a checkpoint folder, or None (fresh; refuses a ``checkpoint_dir`` that holds one).
         compile: ``torch.compile`` the model; ``compile_mode`` e.g. ``"reduce-overhead"``.
+            None: on for fp8 on CUDA (eager fp8 is slower than bf16), off otherwise; False
+            under fp8 on CUDA warns.
         channels_last: channels-last memory format for the model and 4-D inputs (conv nets).
         cudnn_benchmark: let cuDNN pick algorithms per shape (restored after ``fit``).
         strategy: ``"auto"`` (DDP under torchrun), ``"ddp"``, ``"fsdp"`` or ``"none"``.
@@ -108,6 +112,13 @@ class Trainer:
         tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
         scaler: a configured :class:`~ampkit.LossScaler` for fp16 (default: one with the
             standard settings); refused under bf16/fp32, which need no loss scaling.
+        fp8_plan: fp8 only: the :class:`~ampkit.fp8.Fp8Plan` to apply; None plans from the
+            first batch of ``fit``'s data (measured on CUDA; rank 0's plan is used by all).
+            Under FSDP2 with the tensorwise recipe, weights are all-gathered in fp8 and their
+            scales precomputed after each optimizer step.
+        update_compensation, bf16_true_keep_fp32: bf16-true only, as
+            :class:`~ampkit.MixedPrecision`. The logged metrics then carry ``lost_updates``,
+            and a share above ``ampkit.bf16_true.LOST_UPDATES_WARN_AT`` warns once.
 
     Raises:
         ConfigurationError: an invalid setting, a precision the hardware cannot run, an
@@ -122,7 +133,7 @@ class Trainer:
         *,
         max_steps: int,
         loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
-        precision: str = "auto",
+        precision: str | Policy = "auto",
         device: torch.device | str | None = None,
         grad_accum_steps: int = 1,
         max_grad_norm: float | None = None,
@@ -134,7 +145,7 @@ class Trainer:
         checkpoint_every: int | None = None,
         keep_last: int | None = None,
         resume: str | Path | None = None,
-        compile: bool = False,
+        compile: bool | None = None,
         compile_mode: str | None = None,
         channels_last: bool = False,
         cudnn_benchmark: bool = False,
@@ -146,6 +157,9 @@ class Trainer:
         keep_fp32: Sequence[str | type[nn.Module]] = (),
         tokens_per_sample: int | None = None,
         scaler: LossScaler | None = None,
+        fp8_plan: Any = None,
+        update_compensation: str | None = None,
+        bf16_true_keep_fp32: Sequence[str | type[nn.Module]] | None = None,
     ) -> None:
         for name, value, optional in [
             ("max_steps", max_steps, False),
@@ -184,7 +198,11 @@ class Trainer:
             grad_accum_steps=grad_accum_steps,
             max_grad_norm=max_grad_norm,
             scaler=scaler,
+            fp8_plan=fp8_plan,
+            update_compensation=update_compensation,
+            bf16_true_keep_fp32=bf16_true_keep_fp32,
         )
+        compile = compile_default(self.mp, compile)
         if self.mp.policy.uses_scaler and isinstance(optimizer, torch.optim.LBFGS):
             raise ConfigurationError(
                 "Trainer: LBFGS needs a closure, which fp16 loss scaling cannot scale. "
@@ -217,6 +235,8 @@ class Trainer:
         self.notes: list[str] = []
         self.saved: list[str] = []
         self.resumed_from: Path | None = None
+        self._param_names: dict[int, str] = {}
+        self._lost_warned = False
 
     # -- properties ------------------------------------------------------------------------
 
@@ -245,17 +265,31 @@ class Trainer:
             )
         return self.parts
 
-    def _setup(self) -> None:
+    def _setup(self, train_data: Any = None) -> None:
         model = self.raw_model.to(self.device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
+        if self.mp.policy.precision == "fp8":
+            note = plan_fp8(
+                self.mp,
+                model,
+                train_data,
+                batch_size=self.batch_size,
+                loss_fn=self.loss_fn,
+                ctx=self.dist,
+                strategy=self.strategy,
+            )
+            self.notes.extend([note] if note else [])
+        model = self.mp.prepare_model(model)
         self.model = wrap_model(model, self.strategy, self.dist, self.mp.policy)
+        self._param_names = {id(p): n for n, p in self.model.named_parameters()}
         if callable(self.optimizer_like) and not isinstance(
             self.optimizer_like, torch.optim.Optimizer
         ):
             self.optimizer = self.optimizer_like(self.model.parameters())
         else:
             self.optimizer = self.optimizer_like
+        self.optimizer = self.mp.prepare_optimizer(self.optimizer)
         sched = self.scheduler_like
         self.scheduler = (
             sched(self.optimizer) if callable(sched) and not hasattr(sched, "step") else sched
@@ -333,7 +367,7 @@ class Trainer:
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         try:
             with self.mp:
-                self._setup()
+                self._setup(train_data)
                 self._resume()
                 for callback in self.callbacks:
                     callback.on_fit_start(self)
@@ -373,9 +407,17 @@ class Trainer:
                 self.mp.backward(loss)
             meter.add(loss, batch_size_of(batch))
             self.state.batch_in_epoch += 1
+            if self.mp.micro_step == self.mp.grad_accum_steps and self._logs(self.state.step + 1):
+                measure = getattr(parts.optimizer, "measure_next_step", None)
+                if measure is not None:
+                    measure()
             result = self.mp.step(parts.optimizer, parts.scheduler)
             if not result.window_done:
                 continue
+            if result.stepped and self.mp.fp8_fsdp_all_gather:
+                from ampkit.fp8.convert import precompute_fsdp_scales
+
+                precompute_fsdp_scales(self.model)
             self.state.step += 1
             done = self.state.step >= self.max_steps
             self._after_step(result, meter, done)
@@ -387,7 +429,7 @@ class Trainer:
         """Callbacks, the logged row and the checkpoint of one finished optimizer step."""
         for callback in self.callbacks:
             callback.on_step_end(self, result)
-        if self.state.step % self.log_every == 0 or done:
+        if self._logs(self.state.step):
             metrics = meter.row(
                 step=self.state.step,
                 lr=self._parts().optimizer.param_groups[0]["lr"],
@@ -395,11 +437,19 @@ class Trainer:
                 skipped=result.skipped,
                 grad_norm=result.grad_norm,
             )
+            metrics, warned = with_lost_updates(
+                metrics, self._parts().optimizer, self._param_names, not self._lost_warned
+            )
+            self._lost_warned = self._lost_warned or warned
             for callback in self.callbacks:
                 callback.on_log(self, metrics)
         every = self.checkpoint_every
         if self.checkpoint_dir and ((every and self.state.step % every == 0) or done):
             self.save_checkpoint()
+
+    def _logs(self, step: int) -> bool:
+        """Whether optimizer step ``step`` writes a metrics row."""
+        return step % self.log_every == 0 or step >= self.max_steps
 
     def _result(self, meter: Throughput) -> FitResult:
         wall, rate = meter.overall()
