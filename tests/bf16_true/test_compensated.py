@@ -93,6 +93,9 @@ def test_state_is_bf16_at_rest_and_round_trips_through_state_dict():
     fresh = CompensatedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-3), "kahan")
     fresh.load_state_dict(saved)
     assert torch.equal(fresh.state[model.weight]["compensation"], state["compensation"])
+    assert (
+        fresh.optimizer.state is fresh.state and fresh.optimizer.param_groups is fresh.param_groups
+    )
 
 
 def test_fp32_parameters_are_stepped_exactly_as_without_the_wrapper():

@@ -101,3 +101,28 @@ def test_fp8_on_cuda_compiles_by_default_and_warns_when_compile_is_off():
             _model(), torch.optim.SGD(params, lr=0.1), max_steps=1, precision=policy, compile=False
         )
     assert trainer.compile is False
+
+
+@pytest.mark.parametrize("compensation", ["kahan", "stochastic"])
+def test_bf16_true_resume_equals_the_uninterrupted_run(tmp_path, compensation):
+    def run(steps: int, folder, resume=None):
+        model = _model()
+        Trainer(
+            model,
+            lambda p: torch.optim.AdamW(p, lr=1e-3),
+            loss_fn=nn.functional.mse_loss,
+            max_steps=steps,
+            precision="bf16-true",
+            batch_size=16,
+            checkpoint_dir=folder,
+            checkpoint_every=2,
+            resume=resume,
+            update_compensation=compensation,
+        ).fit(_data())
+        return model
+
+    whole = run(6, tmp_path / "whole")
+    run(2, tmp_path / "split")
+    resumed = run(6, tmp_path / "split", resume="auto")
+    for a, b in zip(whole.parameters(), resumed.parameters(), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)

@@ -156,6 +156,13 @@ class CompensatedOptimizer(torch.optim.Optimizer):
     def __repr__(self) -> str:
         return f"CompensatedOptimizer({self.compensation}, {self.optimizer!r})"
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load into the wrapped optimizer (state, Kahan residuals and all) and share its
+        restored ``param_groups`` and ``state`` again."""
+        self.optimizer.load_state_dict(state_dict)
+        self.param_groups = self.optimizer.param_groups
+        self.state = self.optimizer.state
+
     def measure_next_step(self) -> None:
         """Count lost updates in the next ``step()`` (a few elementwise ops per parameter);
         read them with :meth:`lost_updates`."""
