@@ -103,6 +103,11 @@ class TrainConfig:
             ]
             if not ok
         ]
+        if self.update_compensation is not None and self.precision.strip().lower() != "bf16-true":
+            problems.append(
+                f"--update-compensation applies to --precision bf16-true only, got --precision "
+                f"{self.precision}"
+            )
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
         if problems:
