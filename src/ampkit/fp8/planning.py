@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -111,6 +111,20 @@ class Fp8Plan:
     def selected(self) -> tuple[str, ...]:
         """Names of the layers to convert to fp8."""
         return tuple(d.name for d in self.layers if d.fp8)
+
+    def excluding(self, modules: Iterable[str], reason: str) -> Fp8Plan:
+        """This plan with the layers named in ``modules`` (or inside them) left in bf16."""
+        names = tuple(modules)
+        prefixes = tuple(f"{n}." for n in names if n)
+
+        def hit(layer: str) -> bool:
+            return "" in names or layer in names or layer.startswith(prefixes)
+
+        layers = tuple(
+            replace(d, fp8=False, reason=reason) if d.fp8 and hit(d.name) else d
+            for d in self.layers
+        )
+        return replace(self, layers=layers)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values."""

@@ -66,10 +66,12 @@ def plan_fp8(
     loss_fn: Any,
     ctx: DistContext,
     strategy: str,
+    keep_fp32: tuple[str, ...] = (),
 ) -> str | None:
     """Set ``mp.fp8_plan`` (measured on the first batch unless one was given; rank 0's plan
     is broadcast so every rank converts the same layers) and the FSDP2 fp8 all-gather switch
-    (tensorwise only). Returns a note for the run summary.
+    (tensorwise only). Layers inside ``keep_fp32`` islands are left out of the plan (their
+    hooks live on the original modules). Returns a note for the run summary.
     """
     from ampkit.fp8.planning import fp8_plan
 
@@ -87,6 +89,8 @@ def plan_fp8(
     plan = mp.fp8_plan
     if plan is None:
         return None
+    if keep_fp32:
+        plan = mp.fp8_plan = plan.excluding(keep_fp32, "kept in fp32 (keep_fp32)")
     how = "measured" if plan.measured else "shape rules and torchao's size prior"
     return (
         f"fp8 ({plan.recipe}): {len(plan.selected)} of {len(plan.layers)} Linear layers "

@@ -278,6 +278,7 @@ class Trainer:
                 loss_fn=self.loss_fn,
                 ctx=self.dist,
                 strategy=self.strategy,
+                keep_fp32=self.fp32_islands.modules if self.fp32_islands else (),
             )
             self.notes.extend([note] if note else [])
         model = self.mp.prepare_model(model)
