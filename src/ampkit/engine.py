@@ -140,6 +140,9 @@ class MixedPrecision:
         self.fp8_plan = fp8_plan
         self.update_compensation = update_compensation or "kahan"
         self.bf16_true_keep_fp32 = bf16_true_keep_fp32
+        #: fp8: all-gather FSDP2 weight shards in fp8 (the Trainer sets it under FSDP2 with
+        #: the tensorwise recipe, before prepare_model).
+        self.fp8_fsdp_all_gather = False
         self._micro_step = 0
         self._session: contextlib.ExitStack | None = None
 
@@ -230,9 +233,6 @@ class MixedPrecision:
 
             to_bf16_true(model, self.bf16_true_keep_fp32)
         return model
-
-    #: fp8: all-gather FSDP2 weight shards in fp8 (set by the Trainer under FSDP, tensorwise).
-    fp8_fsdp_all_gather: bool = False
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """bf16-true: wrap ``optimizer`` in a :class:`~ampkit.bf16_true.CompensatedOptimizer`
