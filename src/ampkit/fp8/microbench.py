@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -18,7 +19,7 @@ from ampkit.fp8.convert import convert_to_fp8
 __all__ = ["time_linear"]
 
 
-def _timed(fn, device: torch.device) -> float:  # noqa: ANN001 - a zero-argument step
+def _timed(fn: Callable[[], None], device: torch.device) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record(torch.cuda.current_stream(device))
     fn()
