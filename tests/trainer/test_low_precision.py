@@ -126,3 +126,21 @@ def test_bf16_true_resume_equals_the_uninterrupted_run(tmp_path, compensation):
     resumed = run(6, tmp_path / "split", resume="auto")
     for a, b in zip(whole.parameters(), resumed.parameters(), strict=True):
         assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+def test_bf16_true_keeps_fp32_islands_in_fp32():
+    model = _model()
+    Trainer(
+        model,
+        lambda p: torch.optim.AdamW(p, lr=1e-3),
+        loss_fn=nn.functional.mse_loss,
+        max_steps=2,
+        precision="bf16-true",
+        batch_size=16,
+        keep_fp32=["2"],
+    ).fit(_data())
+    assert [model[i].weight.dtype for i in (0, 2, 4)] == [
+        torch.bfloat16,
+        torch.float32,
+        torch.float32,
+    ]

@@ -17,7 +17,13 @@ from ampkit.errors import ConfigurationError, PrecisionWarning
 from ampkit.trainer.distributed import DistContext
 from ampkit.trainer.metrics import StepMetrics
 
-__all__ = ["compile_default", "example_batch", "plan_fp8", "with_lost_updates"]
+__all__ = [
+    "compile_default",
+    "example_batch",
+    "keep_islands_fp32",
+    "plan_fp8",
+    "with_lost_updates",
+]
 
 
 def compile_default(mp: MixedPrecision, compile: bool | None) -> bool:
@@ -38,6 +44,17 @@ def compile_default(mp: MixedPrecision, compile: bool | None) -> bool:
             stacklevel=3,
         )
     return compile
+
+
+def keep_islands_fp32(mp: MixedPrecision, model: nn.Module, islands: tuple[str, ...]) -> None:
+    """bf16-true: modules the user runs in fp32 (``keep_fp32`` islands) keep fp32 parameters
+    too, on top of ``bf16_true_keep_fp32`` (or its defaults); an island of bf16 weights would
+    meet fp32 inputs."""
+    from ampkit.bf16_true.casting import default_keep_fp32
+
+    keep = mp.bf16_true_keep_fp32
+    base = default_keep_fp32(model) if keep is None else list(keep)
+    mp.bf16_true_keep_fp32 = [*base, *(n for n in islands if n not in base)]
 
 
 def example_batch(data: Any, batch_size: int | None) -> Any:

@@ -46,10 +46,12 @@ class StepMetrics:
     lost_updates: float | None = None
 
     def to_json(self) -> str:
-        """One JSON line; non-finite numbers become null so every line parses as strict JSON."""
+        """One JSON line; non-finite numbers become null so every line parses as strict JSON.
+        ``lost_updates`` is written only under bf16-true (where it is measured)."""
         row = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in asdict(self).items()
+            if not (k == "lost_updates" and v is None)
         }
         return json.dumps(row, separators=(",", ":"))
 

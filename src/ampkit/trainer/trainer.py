@@ -52,7 +52,12 @@ from ampkit.trainer.distributed import (
     teardown_distributed,
     wrap_model,
 )
-from ampkit.trainer.low_precision import compile_default, plan_fp8, with_lost_updates
+from ampkit.trainer.low_precision import (
+    compile_default,
+    keep_islands_fp32,
+    plan_fp8,
+    with_lost_updates,
+)
 from ampkit.trainer.metrics import Throughput, peak_memory, reset_peak_memory
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
@@ -281,6 +286,8 @@ class Trainer:
                 keep_fp32=self.fp32_islands.modules if self.fp32_islands else (),
             )
             self.notes.extend([note] if note else [])
+        if self.mp.policy.precision == "bf16-true" and self.fp32_islands is not None:
+            keep_islands_fp32(self.mp, model, self.fp32_islands.modules)
         model = self.mp.prepare_model(model)
         self.model = wrap_model(model, self.strategy, self.dist, self.mp.policy)
         self._param_names = {id(p): n for n, p in self.model.named_parameters()}
