@@ -1,11 +1,18 @@
-"""The prepared GPU benchmark: fp32 / fp16 / bf16 and torch.compile on a ~125M-parameter GPT.
+"""The prepared GPU benchmark: fp32 / fp16 / bf16 and torch.compile on a ~125M-parameter GPT,
+and bf16 vs fp8 (compiled) on a wider GPT where fp8 can pay off.
 
-One script, sized to finish in under 5 minutes on an H100/H200:
+One script, sized to finish in under 8 minutes on an H100/H200:
 
 1. eager, interleaved: fp32 (ampkit's fp32 policy: TF32 on for matmuls), fp16 (loss scaling),
    bf16; 20 timed steps each after 5 warm-up steps;
 2. ``torch.compile``: fp32 and bf16, eager and compiled, interleaved the same way (compilation
    happens in the warm-up steps, not in the timed ones). Skip with ``--no-compile``.
+3. fp8 (compute capability 8.9+ with torchao): fp32, bf16 and fp8 (tensorwise), eager and
+   compiled, on a GPT of width 2048 (4 layers, 16 heads, sequence 2048, batch 4: 8,192 tokens
+   per step, Linear shapes up to 8192 x 2048 x 8192). fp8 converts the layers its measured
+   plan selects (each Linear timed in bf16 and fp8 at the real shape); the plan's summary is
+   among the report's notes.
+   Skip with ``--no-fp8``.
 
 Model: the built-in GPT, 18 layers, width 768, 12 heads, byte vocabulary (128.8M parameters),
 sequence 1024, batch 16 (16,384 tokens per step), AdamW. Per variant: median step time,
@@ -57,8 +64,20 @@ def _table(report: BenchReport, title: str) -> str:
             f"{v.speedup_vs_fp32:.2f}x | {memory} | {mem_ratio} | {v.final_loss:.4f} | "
             f"{v.loss_gap_vs_fp32:+.4f} | {mfu} |"
         )
-    lines += ["", report.verdict.text, ""]
+    lines += ["", report.verdict.text, "", *(f"note: {n}" for n in report.notes), ""]
     return "\n".join(lines)
+
+
+def _fp8_unavailable(device: str) -> str | None:
+    """Why fp8 cannot run on ``device``, or None when it can."""
+    from ampkit.errors import AmpkitError
+    from ampkit.policy import resolve_precision
+
+    try:
+        resolve_precision("fp8", device)
+    except AmpkitError as exc:
+        return str(exc)
+    return None
 
 
 def main() -> int:
@@ -73,6 +92,11 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=768)
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--no-fp8", action="store_true")
+    parser.add_argument("--fp8-width", type=int, default=2048)
+    parser.add_argument("--fp8-layers", type=int, default=4)
+    parser.add_argument("--fp8-seq-len", type=int, default=2048)
+    parser.add_argument("--fp8-batch-size", type=int, default=4)
     parser.add_argument("--device", default="cuda", help="cpu only to smoke-test the script")
     args = parser.parse_args()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -97,10 +121,33 @@ def main() -> int:
                 dict(precisions=["fp32", "bf16"], compile=True),
             )
         )
+
+    def fp8_workload():
+        return gpt_workload(
+            args.fp8_batch_size,
+            args.fp8_seq_len,
+            n_layer=args.fp8_layers,
+            n_head=args.fp8_width // 128,
+            n_embd=args.fp8_width,
+        )
+
+    if not args.no_fp8:
+        reason = _fp8_unavailable(args.device)
+        if reason:
+            print(f"gpu_bench: fp8 part skipped: {reason}", file=sys.stderr)
+        else:
+            parts.append(
+                (
+                    "fp8: fp32, bf16 and fp8 (tensorwise), eager and compiled",
+                    "fp8",
+                    dict(precisions=["bf16", "fp8"], compile=True, workload=fp8_workload),
+                )
+            )
     text = []
     for title, key, options in parts:
         start = time.perf_counter()
-        report = run_bench(workload(), **options, **common)
+        make = options.pop("workload", workload)
+        report = run_bench(make(), **options, **common)
         table = _table(report, f"{title} ({time.perf_counter() - start:.0f} s)")
         print(table, flush=True)
         text.append(table)

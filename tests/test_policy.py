@@ -21,6 +21,7 @@ def gpu(major: int, minor: int, name: str = "Test GPU") -> HardwareInfo:
         name=name,
         cuda_capability=(major, minor),
         cuda_bf16=major >= 8,
+        torchao_available=True,
     )
 
 
@@ -60,7 +61,7 @@ def test_auto_never_picks_fp16_on_cpu():
 def test_aliases_map_to_canonical(spelling, canonical):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrecisionWarning)
-        policy = resolve_precision(spelling.upper(), hardware=gpu(8, 0))
+        policy = resolve_precision(spelling.upper(), hardware=gpu(9, 0))
     assert policy.precision == canonical
     assert policy.requested == spelling.upper()
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ampkit._tree import to_device as to_device
+    from ampkit.bf16_true import CompensatedOptimizer as CompensatedOptimizer
+    from ampkit.bf16_true import lost_update_fraction as lost_update_fraction
     from ampkit.deploy import ExportResult as ExportResult
     from ampkit.deploy import export as export
     from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from ampkit.formats import NumberFormat as NumberFormat
     from ampkit.formats import number_format as number_format
     from ampkit.formats import number_formats as number_formats
+    from ampkit.fp8 import Fp8Plan as Fp8Plan
+    from ampkit.fp8 import fp8_plan as fp8_plan
     from ampkit.fp32_islands import Fp32Islands as Fp32Islands
     from ampkit.fp32_islands import keep_fp32 as keep_fp32
     from ampkit.gpt.config import TrainConfig as TrainConfig
@@ -61,6 +65,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
+    "CompensatedOptimizer": "ampkit.bf16_true",
+    "lost_update_fraction": "ampkit.bf16_true",
+    "Fp8Plan": "ampkit.fp8",
+    "fp8_plan": "ampkit.fp8",
     "Callback": "ampkit.trainer",
     "NumericsFinding": "ampkit.doctor",
     "ExportResult": "ampkit.deploy",
@@ -125,12 +133,14 @@ __all__ = [
     "AmpkitError",
     "Callback",
     "CheckpointError",
+    "CompensatedOptimizer",
     "ConfigurationError",
     "DataError",
     "ExportError",
     "ExportResult",
     "FitResult",
     "Fp32Islands",
+    "Fp8Plan",
     "LossScaler",
     "MixedPrecision",
     "NonFiniteError",
@@ -157,7 +167,9 @@ __all__ = [
     "detect_nonfinite",
     "diagnose",
     "export",
+    "fp8_plan",
     "keep_fp32",
+    "lost_update_fraction",
     "number_format",
     "number_formats",
     "precision_map",

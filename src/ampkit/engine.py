@@ -17,15 +17,19 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ampkit.errors import CheckpointError, ConfigurationError, ScalerStateError
+from ampkit.errors import CheckpointError, ConfigurationError, PrecisionWarning, ScalerStateError
 from ampkit.policy import Policy, precision_session, resolve_precision
 from ampkit.scaler import LossScaler, ScalerStats
+
+if TYPE_CHECKING:
+    from ampkit.fp8.planning import Fp8Plan
 
 __all__ = ["MixedPrecision", "StepResult", "loss_tensor", "validate_param_dtypes"]
 
@@ -152,13 +156,25 @@ class MixedPrecision:
             only inside ``with mp:``, and restored on exit.
         process_group: ranks that must agree on skipping an overflowed step (default: world);
             used for the default scaler (a scaler you pass brings its own).
+        fp8_plan: fp8 only: the :class:`~ampkit.fp8.Fp8Plan` that :meth:`prepare_model`
+            applies (None: a plan from shapes and torchao's size prior alone).
+        update_compensation: bf16-true only: ``"kahan"`` (default), ``"stochastic"`` or
+            ``"none"`` (warns: small updates are lost); applied by :meth:`prepare_optimizer`.
+        bf16_true_keep_fp32: bf16-true only: module names or types :meth:`prepare_model`
+            keeps in fp32; None keeps embeddings, norms and the final projection.
 
     Use it as a context manager (``with MixedPrecision(...) as mp:``) so that global settings
-    of the policy (TF32) are applied for the run and restored afterwards.
+    of the policy (TF32) are applied for the run and restored afterwards. For ``fp8`` and
+    ``bf16-true`` call ``model = mp.prepare_model(model)`` and
+    ``optimizer = mp.prepare_optimizer(optimizer)`` before the loop (no-ops otherwise).
 
     Raises:
-        ConfigurationError: an argument is out of range or the precision is unknown.
+        ConfigurationError: an argument is out of range or the precision is unknown, or an
+            fp8/bf16-true option given for another precision.
         UnsupportedPrecisionError: the device cannot run the precision.
+
+    Warns:
+        PrecisionWarning: ``update_compensation="none"`` under bf16-true.
     """
 
     def __init__(
@@ -171,6 +187,9 @@ class MixedPrecision:
         scaler: LossScaler | None = None,
         tf32: bool | None = None,
         process_group: Any = None,
+        fp8_plan: Fp8Plan | None = None,
+        update_compensation: str | None = None,
+        bf16_true_keep_fp32: Sequence[str | type[torch.nn.Module]] | None = None,
     ) -> None:
         if (
             isinstance(grad_accum_steps, bool)
@@ -201,6 +220,13 @@ class MixedPrecision:
         self.grad_accum_steps = grad_accum_steps
         self.max_grad_norm = max_grad_norm
         self.scaler = self._check_scaler(scaler, process_group)
+        self._check_low_precision_options(fp8_plan, update_compensation, bf16_true_keep_fp32)
+        self.fp8_plan = fp8_plan
+        self.update_compensation = update_compensation or "kahan"
+        self.bf16_true_keep_fp32 = bf16_true_keep_fp32
+        #: fp8: all-gather FSDP2 weight shards in fp8 (the Trainer sets it under FSDP2 with
+        #: the tensorwise recipe, before prepare_model).
+        self.fp8_fsdp_all_gather = False
         self._micro_step = 0
         self._session: contextlib.ExitStack | None = None
         self._checked_optimizers: set[int] = set()
@@ -225,6 +251,88 @@ class MixedPrecision:
                 "(small gradients underflow without it). Pass an enabled scaler, or None."
             )
         return scaler
+
+    def _check_low_precision_options(
+        self, plan: Any, compensation: str | None, keep: Sequence[Any] | None
+    ) -> None:
+        precision = self.policy.precision
+        for name, value, owner in [
+            ("fp8_plan", plan, "fp8"),
+            ("update_compensation", compensation, "bf16-true"),
+            ("bf16_true_keep_fp32", keep, "bf16-true"),
+        ]:
+            if value is not None and precision != owner:
+                raise ConfigurationError(
+                    f"{name}: given, but the precision is {precision}; it applies to "
+                    f"{owner} only. Drop {name}=, or ask for precision={owner!r}."
+                )
+        if plan is not None and plan.recipe != self.policy.fp8_recipe:
+            raise ConfigurationError(
+                f"fp8_plan: the plan was made for the {plan.recipe} recipe, but precision "
+                f"{self.policy.requested!r} uses {self.policy.fp8_recipe}. Make the plan with "
+                f"recipe={self.policy.fp8_recipe!r}, or ask for the precision of its recipe."
+            )
+        if compensation is not None:
+            from ampkit.bf16_true.compensated import check_compensation
+
+            check_compensation(compensation)
+        if compensation == "none":
+            warnings.warn(
+                "update_compensation='none' under bf16-true: with bf16 weights and "
+                "round-to-nearest, every update smaller than half an ulp of its weight is "
+                "lost (a weight of magnitude 1 ignores updates below 0.002, step after step). "
+                "Use 'kahan' (the default) or 'stochastic'.",
+                PrecisionWarning,
+                stacklevel=3,
+            )
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Make ``model`` ready for the precision, in place; return it.
+
+        ``fp8``: convert the Linear layers :attr:`fp8_plan` selects to torchao's Float8Linear
+        (without a plan: the layers that pass the shape rules and torchao's size prior).
+        ``bf16-true``: cast parameters and buffers to bf16, keeping ``bf16_true_keep_fp32``
+        (default: embeddings, norms, the final projection) in fp32. Others: unchanged.
+        Call it once, on the model on its device, before DDP/FSDP and ``torch.compile``.
+
+        Raises:
+            ConfigurationError: the plan names layers that are not Linears of ``model``.
+            MissingDependencyError: fp8 without torchao.
+        """
+        if self.policy.precision == "fp8":
+            from ampkit.fp8.convert import convert_to_fp8
+            from ampkit.fp8.planning import fp8_plan
+
+            plan = self.fp8_plan or fp8_plan(
+                model, recipe=self.policy.fp8_recipe or "tensorwise", measure=False
+            )
+            convert_to_fp8(
+                model,
+                plan.selected,
+                plan.recipe,
+                emulate=self.policy.emulate,
+                fsdp_float8_all_gather=self.fp8_fsdp_all_gather,
+            )
+        elif self.policy.precision == "bf16-true":
+            from ampkit.bf16_true.casting import to_bf16_true
+
+            to_bf16_true(model, self.bf16_true_keep_fp32)
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """bf16-true: wrap ``optimizer`` in a :class:`~ampkit.bf16_true.CompensatedOptimizer`
+        with :attr:`update_compensation`. Others: ``optimizer`` unchanged.
+
+        Raises:
+            ConfigurationError: ``optimizer`` is not a ``torch.optim.Optimizer``.
+        """
+        if self.policy.precision != "bf16-true":
+            return optimizer
+        from ampkit.bf16_true.compensated import CompensatedOptimizer
+
+        if isinstance(optimizer, CompensatedOptimizer):
+            return optimizer
+        return CompensatedOptimizer(optimizer, self.update_compensation)  # type: ignore[arg-type]
 
     # -- session -------------------------------------------------------------------------
 

@@ -16,9 +16,11 @@ import torch
 __all__ = [
     "CPU_BF16_FLAGS",
     "HardwareInfo",
+    "fp8_capable",
     "cpu_has_native_bf16",
     "probe",
     "read_cpu_flags",
+    "torchao_importable",
 ]
 
 #: CPU feature flags (as spelled in ``/proc/cpuinfo``) that give native bfloat16 arithmetic:
@@ -62,6 +64,8 @@ class HardwareInfo:
         cuda_capability: ``(major, minor)`` compute capability on CUDA, else None.
         cuda_bf16: whether the CUDA device runs bfloat16 (None on CPU).
         cpu_native_bf16: whether the CPU has native bf16 instructions (None on CUDA).
+        gpu_arch: the ROCm architecture (``gfx942`` on MI300), None on NVIDIA and CPUs.
+        torchao_available: whether ``torchao`` (fp8 training) is importable; None: not asked.
     """
 
     device: torch.device
@@ -69,6 +73,23 @@ class HardwareInfo:
     cuda_capability: tuple[int, int] | None = None
     cuda_bf16: bool | None = None
     cpu_native_bf16: bool | None = None
+    gpu_arch: str | None = None
+    torchao_available: bool | None = None
+
+
+def fp8_capable(info: HardwareInfo) -> bool:
+    """Whether the GPU has fp8 tensor cores: CUDA compute capability 8.9+ (Ada, Hopper,
+    Blackwell) or an MI300 (``gfx942``). CPUs never do (torchao can only emulate fp8 there)."""
+    if info.gpu_arch is not None:
+        return info.gpu_arch.startswith("gfx942") or "MI300" in info.name.upper()
+    return info.cuda_capability is not None and info.cuda_capability >= (8, 9)
+
+
+def torchao_importable() -> bool:
+    """Whether ``torchao`` is installed (looked up, not imported: importing it takes seconds)."""
+    import importlib.util
+
+    return importlib.util.find_spec("torchao") is not None
 
 
 def _cpu_name(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -89,11 +110,16 @@ def probe(device: torch.device) -> HardwareInfo:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         major, minor = torch.cuda.get_device_capability(index)
+        arch = None
+        if torch.version.hip is not None:
+            arch = getattr(torch.cuda.get_device_properties(index), "gcnArchName", None)
         return HardwareInfo(
             device=device,
             name=torch.cuda.get_device_name(index),
             cuda_capability=(major, minor),
             cuda_bf16=major >= 8,
+            gpu_arch=arch,
+            torchao_available=torchao_importable(),
         )
     if device.type == "cpu":
         flags = read_cpu_flags()
@@ -101,5 +127,10 @@ def probe(device: torch.device) -> HardwareInfo:
             native = cpu_has_native_bf16(flags)
         else:  # no /proc/cpuinfo: ask oneDNN, which checks the same instructions
             native = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-        return HardwareInfo(device=device, name=_cpu_name(), cpu_native_bf16=native)
+        return HardwareInfo(
+            device=device,
+            name=_cpu_name(),
+            cpu_native_bf16=native,
+            torchao_available=torchao_importable(),
+        )
     return HardwareInfo(device=device, name=device.type)

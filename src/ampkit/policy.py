@@ -17,10 +17,16 @@ from typing import Literal
 import torch
 
 from ampkit._stack import user_stacklevel
-from ampkit.errors import ConfigurationError, PrecisionWarning, UnsupportedPrecisionError
-from ampkit.hardware import HardwareInfo, probe
+from ampkit.errors import (
+    ConfigurationError,
+    MissingDependencyError,
+    PrecisionWarning,
+    UnsupportedPrecisionError,
+)
+from ampkit.hardware import HardwareInfo, fp8_capable, probe, torchao_importable
 
 __all__ = [
+    "FP8_RECIPES",
     "PRECISION_ALIASES",
     "Policy",
     "Precision",
@@ -29,7 +35,7 @@ __all__ = [
     "resolve_precision",
 ]
 
-Precision = Literal["fp32", "fp16", "bf16"]
+Precision = Literal["fp32", "fp16", "bf16", "bf16-true", "fp8"]
 
 #: Every accepted spelling and the canonical precision it names (``"auto"`` is resolved apart).
 PRECISION_ALIASES: dict[str, Precision] = {
@@ -44,13 +50,30 @@ PRECISION_ALIASES: dict[str, Precision] = {
     "bf16": "bf16",
     "bf16-mixed": "bf16",
     "bfloat16": "bf16",
+    "bf16-true": "bf16-true",
+    "fp8": "fp8",
+    "fp8-tensorwise": "fp8",
+    "fp8-rowwise": "fp8",
+    "fp8-rowwise-gw-hp": "fp8",
+}
+
+#: The torchao float8 recipe (``Float8LinearConfig.from_recipe_name``) each fp8 spelling names.
+FP8_RECIPES: dict[str, str] = {
+    "fp8": "tensorwise",
+    "fp8-tensorwise": "tensorwise",
+    "fp8-rowwise": "rowwise",
+    "fp8-rowwise-gw-hp": "rowwise_with_gw_hp",
 }
 
 _DTYPES: dict[Precision, torch.dtype] = {
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
+    "bf16-true": torch.bfloat16,  # parameters, gradients and optimizer state too
+    "fp8": torch.bfloat16,  # every op that is not an fp8 Linear runs under bf16 autocast
 }
+
+_FP8_INSTALL = "pip install 'ampkit[fp8]' (torchao 0.18 pairs with torch 2.13)"
 
 #: Measured costs: docs/benchmarks.md has the tables and the commands that produced them.
 _CPU_FP16_COST = (
@@ -65,7 +88,9 @@ class Policy:
     """A resolved precision decision. Build one with :func:`resolve_precision`.
 
     Attributes:
-        precision: canonical name, ``"fp32"``, ``"fp16"`` or ``"bf16"``.
+        precision: canonical name: ``"fp32"``, ``"fp16"``, ``"bf16"`` (mixed: fp32 weights),
+            ``"bf16-true"`` (bf16 weights, gradients and optimizer state, compensated updates)
+            or ``"fp8"`` (torchao float8 Linears, bf16 autocast elsewhere).
         device: the device the policy is for.
         compute_dtype: the dtype autocast runs matmuls and convolutions in.
         uses_scaler: True only for fp16, whose narrow exponent needs dynamic loss scaling.
@@ -73,6 +98,9 @@ class Policy:
         tf32: whether fp32 matmuls and convolutions may use TF32 tensor cores (CUDA Ampere+).
             Takes effect only inside :func:`precision_session`.
         requested: the spelling the user gave (``"auto"``, ``"bf16-mixed"``, ...).
+        fp8_recipe: fp8 only: torchao's recipe, ``tensorwise``, ``rowwise`` or
+            ``rowwise_with_gw_hp`` (from the spelling, see :data:`FP8_RECIPES`).
+        emulate: fp8 only: torchao emulates the fp8 matmuls (CPU tests; no speed-up).
     """
 
     precision: Precision
@@ -82,6 +110,13 @@ class Policy:
     reason: str
     tf32: bool = False
     requested: str = "auto"
+    fp8_recipe: str | None = None
+    emulate: bool = False
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        """The dtype parameters are stored in: bf16 for ``bf16-true``, else fp32."""
+        return torch.bfloat16 if self.precision == "bf16-true" else torch.float32
 
     @property
     def autocast_enabled(self) -> bool:
@@ -180,8 +215,46 @@ def _auto(hw: HardwareInfo) -> tuple[Precision, str]:
     return "fp32", f"no mixed-precision rules are known for device type {hw.device.type!r}: fp32."
 
 
+def _fp8(hw: HardwareInfo, spelled: str, emulate: bool) -> str:
+    """Whether fp8 runs on ``hw``: refuse with the reason, or say why it was accepted."""
+    where = hw.name
+    if hw.cuda_capability is not None:
+        where = f"{hw.name} (compute capability {hw.cuda_capability[0]}.{hw.cuda_capability[1]})"
+    if emulate:
+        reason = f"fp8 was requested with emulate=True: torchao emulates the fp8 matmuls on {where} (numerics only, no speed-up)."
+    elif hw.device.type == "cuda" and fp8_capable(hw):
+        reason = f"fp8 was requested explicitly; {where} has fp8 tensor cores."
+    elif hw.device.type == "cuda":
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} needs fp8 tensor cores, but {where} has none; fp8 needs "
+            "compute capability 8.9 or newer (Ada, Hopper, Blackwell) or an MI300. "
+            "Use bf16 on this GPU."
+        )
+    elif hw.device.type == "cpu":
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} on the CPU ({where}): CPUs have no fp8 matmuls. fp8 "
+            "trains on CUDA compute capability 8.9+ or MI300 GPUs; on a CPU only torchao's "
+            "emulation runs (numerics, no speed-up): pass emulate=True for tests, or use bf16 "
+            "or fp32."
+        )
+    else:
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} on device type {hw.device.type!r}: fp8 training runs on "
+            "CUDA (compute capability 8.9+) or ROCm MI300 only. Use bf16 or fp32."
+        )
+    available = hw.torchao_available
+    if available is None:
+        available = torchao_importable()
+    if not available:
+        raise MissingDependencyError(
+            f"precision: {spelled!r} needs torchao's float8 training, but torchao is not "
+            f"installed. Install it: {_FP8_INSTALL}."
+        )
+    return reason
+
+
 def _explicit(precision: Precision, hw: HardwareInfo, spelled: str) -> str:
-    if precision == "bf16" and hw.cuda_bf16 is False:
+    if precision in ("bf16", "bf16-true") and hw.cuda_bf16 is False:
         major, minor = hw.cuda_capability or (0, 0)
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs bf16 support, but {hw.name} (compute capability "
@@ -195,10 +268,14 @@ def _explicit(precision: Precision, hw: HardwareInfo, spelled: str) -> str:
             stacklevel=user_stacklevel(),
         )
         return "fp16 was requested explicitly; on a CPU it is slow (emulated)."
-    if precision == "bf16" and hw.device.type == "cpu" and hw.cpu_native_bf16 is False:
+    if (
+        precision in ("bf16", "bf16-true")
+        and hw.device.type == "cpu"
+        and hw.cpu_native_bf16 is False
+    ):
         return (
-            f"bf16 was requested explicitly; {hw.name} has no native bf16, so it may be slower "
-            "than fp32."
+            f"{precision} was requested explicitly; {hw.name} has no native bf16, so it may be "
+            "slower than fp32."
         )
     return f"{precision} was requested explicitly."
 
@@ -209,22 +286,29 @@ def resolve_precision(
     *,
     tf32: bool | None = None,
     hardware: HardwareInfo | None = None,
+    emulate: bool = False,
 ) -> Policy:
     """Decide the training precision for ``device``.
 
     ``"auto"`` picks from the hardware: bf16 on CUDA compute capability >= 8.0, fp16 with loss
     scaling on 7.x, fp32 on older GPUs; bf16 on CPUs with native bf16, else fp32. It never picks
-    fp16 on a CPU. Explicit choices are honoured unless the hardware cannot run them.
+    fp16 on a CPU, and never fp8 or bf16-true (they change more than the autocast dtype).
+    Explicit choices are honoured unless the hardware cannot run them.
 
     Args:
-        precision: ``auto``, ``fp32``, ``fp16``, ``bf16`` or an alias in :data:`PRECISION_ALIASES`.
+        precision: ``auto``, ``fp32``, ``fp16``, ``bf16``, ``bf16-true``, ``fp8`` or an alias in
+            :data:`PRECISION_ALIASES` (``fp8-rowwise`` etc. pick the recipe, :data:`FP8_RECIPES`).
         device: the training device; ``None`` picks CUDA when available, else CPU.
         tf32: let fp32 matmuls use TF32; ``None`` enables it where the GPU has TF32 (Ampere+).
         hardware: describe the hardware instead of probing it (tests, planning for another box).
+        emulate: fp8 only: let torchao emulate fp8 where the hardware has none (CPU tests).
 
     Raises:
-        ConfigurationError: ``precision`` is not a known name (the message lists them).
-        UnsupportedPrecisionError: bf16 requested on a CUDA device without bf16.
+        ConfigurationError: ``precision`` is not a known name (the message lists them), or
+            ``emulate`` with a precision other than fp8.
+        UnsupportedPrecisionError: bf16/bf16-true on a CUDA device without bf16; fp8 on a GPU
+            below compute capability 8.9 (not MI300), or on a CPU without ``emulate=True``.
+        MissingDependencyError: fp8 without torchao installed.
 
     Warns:
         PrecisionWarning: fp16 requested on a CPU (honoured, but emulated and slow).
@@ -232,8 +316,15 @@ def resolve_precision(
     wanted = _canonical(precision)
     dev = resolve_device(device) if hardware is None else hardware.device
     hw = hardware if hardware is not None else probe(dev)
+    if emulate and wanted != "fp8":
+        raise ConfigurationError(
+            f"emulate: emulate=True applies to fp8 only, but the precision is {precision!r}. "
+            "Drop emulate=True, or ask for precision='fp8'."
+        )
     if wanted == "auto":
         chosen, reason = _auto(hw)
+    elif wanted == "fp8":
+        chosen, reason = wanted, _fp8(hw, precision, emulate)
     else:
         chosen, reason = wanted, _explicit(wanted, hw, precision)
     has_tf32 = hw.cuda_capability is not None and hw.cuda_capability[0] >= 8
@@ -250,6 +341,8 @@ def resolve_precision(
         reason=reason,
         tf32=has_tf32 if tf32 is None else tf32,
         requested=str(precision),
+        fp8_recipe=FP8_RECIPES[precision.strip().lower()] if chosen == "fp8" else None,
+        emulate=emulate,
     )
 
 

@@ -112,6 +112,8 @@ def test_own_data_file(tmp_path):
         (["--lr", "-1"], "--lr must be a positive number"),
         (["--data", "/nonexistent/file.txt"], "does not exist"),
         (["--device", "tpu:0:0"], "device"),
+        (["--precision", "fp8"], "pass emulate=True for tests, or use bf16"),
+        (["--update-compensation", "kahan"], "--update-compensation applies to --precision bf16"),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(args, needle):
@@ -165,3 +167,11 @@ def test_console_script_with_no_arguments_trains_the_builtin_model(tmp_path):
     assert "300 (0 skipped)" in result.stdout
     final_loss = float(result.stdout.split("final loss")[1].split()[0])
     assert final_loss < 2.6
+
+
+def test_bf16_true_run_trains_in_bf16(tmp_path):
+    result = invoke(*SMALL, "--precision", "bf16-true", "--out", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "bf16-true on cpu" in result.output
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert all(row["lost_updates"] is not None for row in rows)

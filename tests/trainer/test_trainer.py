@@ -179,7 +179,7 @@ def test_fresh_run_refuses_to_overwrite_metrics(tmp_path):
         ({"max_steps": 0}, ConfigurationError, "max_steps"),
         ({"grad_accum_steps": 0}, ConfigurationError, "grad_accum_steps"),
         ({"checkpoint_every": 5}, ConfigurationError, "need checkpoint_dir"),
-        ({"precision": "fp8"}, ConfigurationError, "Accepted"),
+        ({"precision": "fp4"}, ConfigurationError, "Accepted"),
         ({"strategy": "bogus"}, ConfigurationError, "strategy='bogus' is unknown"),
         ({"log_every": True}, ConfigurationError, "log_every"),
     ],

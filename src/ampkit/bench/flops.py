@@ -68,8 +68,10 @@ def count_train_flops(step: Callable[[], Any]) -> float:
 def peak_flops(device_name: str, precision: str, tf32: bool = False) -> float | None:
     """Dense peak FLOP/s of a CUDA device for ``precision``, or None when not in the table.
 
-    fp32 uses the TF32 tensor-core peak when ``tf32`` is on (matmuls then run there).
+    fp32 uses the TF32 tensor-core peak when ``tf32`` is on (matmuls then run there). fp8 and
+    bf16-true are measured against the bf16 peak (fp8 MFU as torchtitan reports it).
     """
+    precision = {"fp8": "bf16", "bf16-true": "bf16"}.get(precision, precision)
     for key, peaks in PEAK_FLOPS:
         if key.lower() in device_name.lower():
             if precision == "fp32":

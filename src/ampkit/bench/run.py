@@ -217,6 +217,12 @@ def run_bench(
         _build_variant(workload, name, policy, c, cl, dev, max_grad_norm, compile_backend)
         for name, policy, c, cl in _variant_specs(policies, compile, channels_last)
     ]
+    notes += [
+        f"{v.name}: {v.engine.fp8_plan.to_text().splitlines()[0]}; converted: "
+        f"{', '.join(v.engine.fp8_plan.selected) or 'none'}"
+        for v in variants
+        if v.engine.fp8_plan is not None
+    ]
     by_name = {v.name: v for v in variants}
     cache: dict[tuple[int, bool], tuple[Any, Any]] = {}
 
@@ -288,6 +294,18 @@ def _build_variant(
     model = copy.deepcopy(workload.model).to(dev)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    plan = None
+    if policy.precision == "fp8":  # measured on the first batch (timed per layer on CUDA)
+        from ampkit.fp8.planning import fp8_plan
+
+        x, y = workload.batch(0)
+        plan = fp8_plan(
+            model,
+            closure=lambda: workload.loss(model, x.to(dev), y.to(dev)),  # type: ignore[arg-type]
+            recipe=policy.fp8_recipe or "tensorwise",
+        )
+    engine = MixedPrecision(policy, max_grad_norm=max_grad_norm, fp8_plan=plan)
+    model = engine.prepare_model(model)
     forward: torch.nn.Module | Callable[..., object] = (
         torch.compile(model, backend=backend) if compiled else model
     )
@@ -298,8 +316,8 @@ def _build_variant(
         channels_last=channels_last,
         model=model,
         forward=forward,
-        optimizer=workload.make_optimizer(model),
-        engine=MixedPrecision(policy, max_grad_norm=max_grad_norm),
+        optimizer=engine.prepare_optimizer(workload.make_optimizer(model)),
+        engine=engine,
         losses=[],
     )
 

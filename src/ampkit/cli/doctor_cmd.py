@@ -25,7 +25,9 @@ __all__ = ["doctor"]
     "--precision",
     default="fp16",
     show_default=True,
-    help="The precision to diagnose: fp16, bf16, fp32 (or an alias), or auto.",
+    help="The precision to diagnose: fp16, bf16, fp32 (or an alias), or auto; fp8 (or "
+    "fp8-rowwise, fp8-rowwise-gw-hp) adds the per-layer fp8 plan, bf16-true the lost-updates "
+    "probe.",
 )
 @click.option("--steps", type=int, default=3, show_default=True, help="fp32 steps to measure.")
 @click.option(
@@ -68,6 +70,14 @@ __all__ = ["doctor"]
     show_default=True,
     help="Also run once under autocast and show the dtype autocast gave each module.",
 )
+@click.option(
+    "--lr",
+    type=float,
+    default=2e-3,
+    show_default=True,
+    help="bf16-true: AdamW learning rate of the lost-updates probe (smaller updates are lost "
+    "more often).",
+)
 def doctor(**options: Any) -> None:
     """Find the layers that break low precision, and say what to train in.
 
@@ -84,6 +94,8 @@ def doctor(**options: Any) -> None:
       ampkit doctor --model hf:gpt2:tiny --findings-only
       ampkit doctor --model mymodels.vit:make --html doctor.html --json doctor.json
       ampkit doctor --metrics runs/fp16/metrics.jsonl --html doctor.html
+      ampkit doctor --precision fp8                  # + which Linear layers to train in fp8
+      ampkit doctor --precision bf16-true --lr 1e-4  # + updates pure bf16 would lose
     """
     from dataclasses import replace
 
@@ -113,6 +125,7 @@ def doctor(**options: Any) -> None:
     if history is not None:
         report = replace(report, scale_history=history)
     click.echo(report.to_text(findings_only=options["findings_only"]))
+    _low_precision_sections(model, closure, options)
     if options["json_path"]:
         with writing(options["json_path"], "--json"):
             report.to_json(options["json_path"])
@@ -121,3 +134,20 @@ def doctor(**options: Any) -> None:
         with writing(options["html_path"], "--html"):
             path = report.to_html(options["html_path"])
         click.echo(f"wrote {path}")
+
+
+def _low_precision_sections(model: Any, closure: Any, options: dict[str, Any]) -> None:
+    """fp8: the per-layer plan; bf16-true: the lost-updates probe (after the report)."""
+    from ampkit.policy import FP8_RECIPES, PRECISION_ALIASES
+
+    spelled = options["precision"].strip().lower()
+    if PRECISION_ALIASES.get(spelled) == "fp8":
+        from ampkit.fp8.planning import fp8_plan
+
+        plan = fp8_plan(model, closure=closure, recipe=FP8_RECIPES[spelled])
+        click.echo("\n" + plan.to_text())
+    elif PRECISION_ALIASES.get(spelled) == "bf16-true":
+        from ampkit.doctor.lost_updates import probe_lost_updates
+
+        probe = probe_lost_updates(model, closure, steps=options["steps"], lr=options["lr"])
+        click.echo("\n" + probe.to_text())

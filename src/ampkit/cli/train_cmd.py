@@ -23,7 +23,9 @@ def _positive_or_none(value: float) -> float | None:
     "--precision",
     default=_DEFAULT["precision"],
     show_default=True,
-    help="auto, fp32, fp16, bf16, fp16-mixed or bf16-mixed. auto picks from the hardware.",
+    help="auto, fp32, fp16, bf16, fp16-mixed, bf16-mixed, bf16-true (bf16 weights and "
+    "optimizer state) or fp8 (fp8-tensorwise, fp8-rowwise, fp8-rowwise-gw-hp; CUDA 8.9+). "
+    "auto picks from the hardware (never bf16-true or fp8).",
 )
 @click.option(
     "--device", default=None, help="cpu, cuda or cuda:N. [default: cuda if available, else cpu]"
@@ -133,7 +135,12 @@ def _positive_or_none(value: float) -> float | None:
     "after a divergence); weights and optimizer carry over, the loss-scaler state is dropped "
     "and the change is recorded in metrics.jsonl.",
 )
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model.")
+@click.option(
+    "--compile/--no-compile",
+    "compile_",
+    default=None,
+    help="torch.compile the model. [default: on for fp8 on CUDA, else off]",
+)
 @click.option(
     "--compile-mode",
     type=click.Choice(["default", "reduce-overhead", "max-autotune"]),
@@ -166,6 +173,13 @@ def _positive_or_none(value: float) -> float | None:
     help="Stop at the first inf/NaN and name the module that produced it.",
 )
 @click.option(
+    "--update-compensation",
+    type=click.Choice(["kahan", "stochastic", "none"]),
+    default=None,
+    help="bf16-true only: Kahan-compensated or stochastically rounded weight updates, or none "
+    "(warns: small updates are lost). [default: kahan]",
+)
+@click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
 )
 def train(**options: Any) -> None:
@@ -190,7 +204,8 @@ def train(**options: Any) -> None:
     if nproc < 1:
         raise click.BadParameter(f"{nproc} is invalid; use 1 or more.", param_hint="--nproc")
     show_progress = options.pop("progress") and os.environ.get("RANK", "0") == "0"
-    options["compile"] = options.pop("compile_") or options["compile_mode"] is not None
+    compile_ = options.pop("compile_")
+    options["compile"] = True if options["compile_mode"] is not None else compile_
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
     if nproc > 1 and "LOCAL_RANK" not in os.environ:

@@ -74,7 +74,7 @@ def _validate(model: nn.Module, precision: str, format: str, path: str | os.Path
             f"export: model is a {type(model).__name__}, not a torch.nn.Module. Pass the model."
         )
     canonical = PRECISION_ALIASES.get(str(precision).strip().lower())
-    if canonical is None:
+    if canonical not in ("fp16", "bf16", "fp32"):  # fp8 and bf16-true are training precisions
         raise ConfigurationError(
             f"export: precision {precision!r} is not exportable. Use fp16, bf16 or fp32."
         )

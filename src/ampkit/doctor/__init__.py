@@ -3,11 +3,14 @@
 * :func:`diagnose`: per-module ranges against fp16/bf16/fp8, findings and a recommendation.
 * :func:`detect_nonfinite`: a cheap probe naming the module that made the first inf/NaN.
 * :func:`precision_map`: the dtype autocast gave each module.
+* :func:`probe_lost_updates`: the weight updates pure bf16 (bf16-true) would round away.
 """
 
 from ampkit.doctor.diagnosis import diagnose as diagnose
 from ampkit.doctor.dtype_map import precision_map as precision_map
 from ampkit.doctor.findings import Tolerances as Tolerances
+from ampkit.doctor.lost_updates import LostUpdatesReport as LostUpdatesReport
+from ampkit.doctor.lost_updates import probe_lost_updates as probe_lost_updates
 from ampkit.doctor.nonfinite import NonFiniteProbe as NonFiniteProbe
 from ampkit.doctor.nonfinite import detect_nonfinite as detect_nonfinite
 from ampkit.doctor.report import NumericsReport as NumericsReport
@@ -18,6 +21,7 @@ from ampkit.doctor.rows import PhaseRow as PhaseRow
 from ampkit.doctor.rows import Recommendation as Recommendation
 
 __all__ = [
+    "LostUpdatesReport",
     "NumericsFinding",
     "MapRow",
     "ModuleRow",
@@ -29,4 +33,5 @@ __all__ = [
     "detect_nonfinite",
     "diagnose",
     "precision_map",
+    "probe_lost_updates",
 ]

@@ -47,10 +47,17 @@ def _device_of(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+#: Precisions whose numerics outside fp8 Linears / optimizer updates are bf16 autocast's: the
+#: doctor measures them as bf16 (fp8 layers get ``ampkit.fp8_plan``, bf16-true updates the
+#: lost-updates probe).
+_MEASURED_AS: dict[str, Precision] = {"fp8": "bf16", "bf16-true": "bf16"}
+
+
 def _canonical(precision: str, device: torch.device, hardware: HardwareInfo | None) -> Precision:
     key = precision.strip().lower() if isinstance(precision, str) else precision
     if key in PRECISION_ALIASES:
-        return PRECISION_ALIASES[key]
+        canonical = PRECISION_ALIASES[key]
+        return _MEASURED_AS.get(canonical, canonical)
     return resolve_precision(precision, device, hardware=hardware).precision  # auto, or raises
 
 

@@ -52,11 +52,12 @@ class TrainConfig:
             a folder that holds them).
         allow_precision_change: resume a checkpoint saved under another precision on purpose
             (fp16 -> bf16): weights and optimizer carry over, the loss-scaler state is dropped.
-        compile: ``torch.compile`` the model.
+        compile: ``torch.compile`` the model; None: on for fp8 on CUDA, else off.
         compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
         strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
         keep_fp32: module names of the GPT to run in fp32 under autocast.
         detect_nonfinite: stop at the first inf/NaN and name the module that made it.
+        update_compensation: bf16-true only: ``kahan`` (default), ``stochastic`` or ``none``.
     """
 
     precision: str = "auto"
@@ -82,12 +83,13 @@ class TrainConfig:
     keep_last: int | None = None
     resume: str | None = None
     allow_precision_change: bool = False
-    compile: bool = False
+    compile: bool | None = None
     compile_mode: str | None = None
     strategy: str = "auto"
     keep_fp32: tuple[str, ...] = ()
     detect_nonfinite: bool = False
     overwrite: bool = False
+    update_compensation: str | None = None
 
     def validate(self) -> None:
         """Raise one :class:`ConfigurationError` listing every invalid setting.
@@ -100,6 +102,11 @@ class TrainConfig:
             for name, ok, rule in self._checks()
             if not ok
         ]
+        if self.update_compensation is not None and self.precision.strip().lower() != "bf16-true":
+            problems.append(
+                f"--update-compensation applies to --precision bf16-true only, got --precision "
+                f"{self.precision}"
+            )
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
         if self.overwrite and self.resume:
@@ -167,7 +174,12 @@ class TrainConfig:
             ),
             *(
                 (name, isinstance(getattr(self, name), bool), "True or False")
-                for name in ("compile", "detect_nonfinite", "overwrite")
+                for name in ("detect_nonfinite", "overwrite", "allow_precision_change")
+            ),
+            (
+                "compile",
+                self.compile is None or isinstance(self.compile, bool),
+                "True, False or None (on for fp8 on CUDA)",
             ),
             *(
                 (name, isinstance(getattr(self, name), str), "a string")
@@ -179,7 +191,14 @@ class TrainConfig:
                     getattr(self, name) is None or isinstance(getattr(self, name), str),
                     "a string",
                 )
-                for name in ("device", "data", "out", "resume", "compile_mode")
+                for name in (
+                    "device",
+                    "data",
+                    "out",
+                    "resume",
+                    "compile_mode",
+                    "update_compensation",
+                )
             ),
             (
                 "keep_fp32",

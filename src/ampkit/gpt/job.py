@@ -247,6 +247,7 @@ def _train(
             run_config=run_record(config, digest()) if checkpoints else None,
             progress_bar=False,  # the caller passes its own display as a callback
             resume_precision_change=config.allow_precision_change,
+            update_compensation=config.update_compensation,
         )
     result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(

@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 __all__ = ["StepMetrics", "Throughput", "peak_memory", "reset_peak_memory"]
 
-_OPTIONAL = ("eval_loss", "precision_change")  # written only when set
+_OPTIONAL = ("eval_loss", "precision_change", "lost_updates")  # written only when set
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,8 @@ class StepMetrics:
             left out of the JSON line when not evaluated.
         precision_change: ``"fp16 -> bf16"`` on the first row after a resume that changed
             the precision on purpose; left out of the JSON line otherwise.
+        lost_updates: bf16-true only: share of this step's intended weight updates that the
+            bf16 weights did not store (None for other precisions).
     """
 
     step: int
@@ -49,9 +51,11 @@ class StepMetrics:
     tokens_per_s: float | None = None
     eval_loss: float | None = None
     precision_change: str | None = None
+    lost_updates: float | None = None
 
     def to_json(self) -> str:
-        """One JSON line; non-finite numbers become null so every line parses as strict JSON."""
+        """One JSON line; non-finite numbers become null so every line parses as strict JSON.
+        ``lost_updates`` is written only under bf16-true (where it is measured)."""
         row = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in asdict(self).items()

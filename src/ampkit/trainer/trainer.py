@@ -41,7 +41,7 @@ from ampkit.errors import (
     NonFiniteTrainingError,
     StorageError,
 )
-from ampkit.policy import resolve_device
+from ampkit.policy import Policy, resolve_device
 from ampkit.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
 from ampkit.trainer.checkpoint import (
@@ -60,12 +60,19 @@ from ampkit.trainer.distributed import (
     teardown_distributed,
     wrap_model,
 )
+from ampkit.trainer.low_precision import (
+    compile_default,
+    keep_islands_fp32,
+    plan_fp8,
+    with_lost_updates,
+)
 from ampkit.trainer.metrics import Throughput, peak_memory, reset_peak_memory
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
 from ampkit.trainer.weights import save_weights
 
 __all__ = ["FitResult", "Trainer"]
+
 
 log = logging.getLogger("ampkit")
 
@@ -111,6 +118,8 @@ class Trainer:
             continues; each is committed (manifest, ``COMPLETE``) at the next checkpoint or
             at the end of ``fit``, once its files are on disk.
         compile: ``torch.compile`` the model; ``compile_mode`` e.g. ``"reduce-overhead"``.
+            None: on for fp8 on CUDA (eager fp8 is slower than bf16), off otherwise; False
+            under fp8 on CUDA warns.
         channels_last: channels-last memory format for the model and 4-D inputs (conv nets).
         cudnn_benchmark: let cuDNN pick algorithms per shape (restored after ``fit``).
         strategy: ``"auto"`` (DDP under torchrun), ``"ddp"``, ``"fsdp"`` or ``"none"``.
@@ -137,6 +146,14 @@ class Trainer:
         run_config: the run's settings (JSON-ready), recorded as ``config`` in every
             checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
 
+        fp8_plan: fp8 only: the :class:`~ampkit.fp8.Fp8Plan` to apply; None plans from the
+            first batch of ``fit``'s data (measured on CUDA; rank 0's plan is used by all).
+            Under FSDP2 with the tensorwise recipe, weights are all-gathered in fp8 and their
+            scales precomputed after each optimizer step.
+        update_compensation, bf16_true_keep_fp32: bf16-true only, as
+            :class:`~ampkit.MixedPrecision`. The logged metrics then carry ``lost_updates``,
+            and a share above ``ampkit.bf16_true.LOST_UPDATES_WARN_AT`` warns once.
+
     ``fit`` stops with :class:`~ampkit.NonFiniteTrainingError` when the fp32/bf16 training
     loss is inf/NaN at a logged step or a checkpoint step (the weights are then no longer
     finite): no checkpoint and no final weights are written after it, so the last checkpoint
@@ -155,7 +172,7 @@ class Trainer:
         *,
         max_steps: int,
         loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
-        precision: str = "auto",
+        precision: str | Policy = "auto",
         device: torch.device | str | None = None,
         grad_accum_steps: int = 1,
         max_grad_norm: float | None = None,
@@ -169,7 +186,7 @@ class Trainer:
         resume: str | Path | None = None,
         checkpoint_layout: str = "auto",
         async_checkpoint: bool = False,
-        compile: bool = False,
+        compile: bool | None = None,
         compile_mode: str | None = None,
         channels_last: bool = False,
         cudnn_benchmark: bool = False,
@@ -186,6 +203,9 @@ class Trainer:
         eval_data: Any = None,
         progress_bar: bool | None = None,
         resume_precision_change: bool = False,
+        fp8_plan: Any = None,
+        update_compensation: str | None = None,
+        bf16_true_keep_fp32: Sequence[str | type[nn.Module]] | None = None,
     ) -> None:
         for name, value, optional in [
             ("max_steps", max_steps, False),
@@ -246,7 +266,11 @@ class Trainer:
             grad_accum_steps=grad_accum_steps,
             max_grad_norm=max_grad_norm,
             scaler=scaler,
+            fp8_plan=fp8_plan,
+            update_compensation=update_compensation,
+            bf16_true_keep_fp32=bf16_true_keep_fp32,
         )
+        compile = compile_default(self.mp, compile)
         if self.mp.policy.uses_scaler and isinstance(optimizer, torch.optim.LBFGS):
             raise ConfigurationError(
                 "Trainer: LBFGS needs a closure, which fp16 loss scaling cannot scale. "
@@ -293,6 +317,8 @@ class Trainer:
         self.saved: list[str] = []
         self.resumed_from: Path | None = None
         self._row_start = 1  # the first step of the interval the next logged row covers
+        self._param_names: dict[int, str] = {}
+        self._lost_warned = False
 
     # -- properties ------------------------------------------------------------------------
 
@@ -321,17 +347,34 @@ class Trainer:
             )
         return self.parts
 
-    def _setup(self) -> None:
+    def _setup(self, train_data: Any = None) -> None:
         model = self.raw_model.to(self.device)
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)
+        if self.mp.policy.precision == "fp8":
+            note = plan_fp8(
+                self.mp,
+                model,
+                train_data,
+                batch_size=self.batch_size,
+                loss_fn=self.loss_fn,
+                ctx=self.dist,
+                strategy=self.strategy,
+                keep_fp32=self.fp32_islands.modules if self.fp32_islands else (),
+            )
+            self.notes.extend([note] if note else [])
+        if self.mp.policy.precision == "bf16-true" and self.fp32_islands is not None:
+            keep_islands_fp32(self.mp, model, self.fp32_islands.modules)
+        model = self.mp.prepare_model(model)
         self.model = wrap_model(model, self.strategy, self.dist, self.mp.policy)
+        self._param_names = {id(p): n for n, p in self.model.named_parameters()}
         if callable(self.optimizer_like) and not isinstance(
             self.optimizer_like, torch.optim.Optimizer
         ):
             self.optimizer = self.optimizer_like(self.model.parameters())
         else:
             self.optimizer = self.optimizer_like
+        self.optimizer = self.mp.prepare_optimizer(self.optimizer)
         sched = self.scheduler_like
         self.scheduler = (
             sched(self.optimizer) if callable(sched) and not hasattr(sched, "step") else sched
@@ -441,7 +484,7 @@ class Trainer:
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         try:
             with self.mp:
-                self._setup()
+                self._setup(train_data)
                 self._resume()
                 for callback in self.callbacks:
                     callback.on_fit_start(self)
@@ -492,9 +535,17 @@ class Trainer:
                 self.mp.backward(loss)
             meter.add(loss, batch_size_of(batch))
             self.state.batch_in_epoch += 1
+            if self.mp.micro_step == self.mp.grad_accum_steps and self._logs(self.state.step + 1):
+                measure = getattr(parts.optimizer, "measure_next_step", None)
+                if measure is not None:
+                    measure()
             result = self.mp.step(parts.optimizer, parts.scheduler)
             if not result.window_done:
                 continue
+            if result.stepped and self.mp.fp8_fsdp_all_gather:
+                from ampkit.fp8.convert import precompute_fsdp_scales
+
+                precompute_fsdp_scales(self.model)
             self.state.step += 1
             done = self.state.step >= self.max_steps
             self._after_step(result, meter, done)
@@ -510,7 +561,7 @@ class Trainer:
         for callback in self.callbacks:
             callback.on_step_end(self, result)
         evaluate = self.eval_every is not None and (self.state.step % self.eval_every == 0 or done)
-        logged = self.state.step % self.log_every == 0 or done or evaluate
+        logged = self._logs(self.state.step)
         if logged or self._precision_change:
             metrics = meter.row(
                 step=self.state.step,
@@ -525,6 +576,10 @@ class Trainer:
             if self._precision_change:
                 metrics = replace(metrics, precision_change=self._precision_change)
                 self._precision_change = None
+            metrics, warned = with_lost_updates(
+                metrics, self._parts().optimizer, self._param_names, not self._lost_warned
+            )
+            self._lost_warned = self._lost_warned or warned
             for callback in self.callbacks:
                 callback.on_log(self, metrics)  # the row with the inf/NaN is logged, then we stop
             if self._watch_loss and not math.isfinite(metrics.loss):
@@ -561,6 +616,11 @@ class Trainer:
             f"({value}) {when}, so the weights are no longer finite. Training stopped without "
             f"writing them; {after}"
         )
+
+    def _logs(self, step: int) -> bool:
+        """Whether optimizer step ``step`` writes a metrics row (logged, evaluated or last)."""
+        evaluated = self.eval_every is not None and step % self.eval_every == 0
+        return step % self.log_every == 0 or step >= self.max_steps or evaluated
 
     def _result(self, meter: Throughput) -> FitResult:
         wall, rate = meter.overall()

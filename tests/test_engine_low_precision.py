@@ -1,0 +1,48 @@
+"""MixedPrecision.prepare_model / prepare_optimizer in a hand-written loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ampkit import CompensatedOptimizer, ConfigurationError, MixedPrecision, PrecisionWarning
+
+
+def test_prepare_is_a_no_op_outside_fp8_and_bf16_true():
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    mp = MixedPrecision("bf16", "cpu")
+    assert mp.prepare_model(model) is model and mp.prepare_optimizer(opt) is opt
+    assert model.weight.dtype == torch.float32
+
+
+def test_hand_written_bf16_true_loop_decreases_the_loss():
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 1)
+    )
+    x = torch.randn(64, 16)
+    y = x.sum(dim=1, keepdim=True) / 4
+    with MixedPrecision("bf16-true", "cpu", update_compensation="stochastic") as mp:
+        model = mp.prepare_model(model)
+        opt = mp.prepare_optimizer(torch.optim.AdamW(model.parameters(), lr=3e-3))
+        assert isinstance(opt, CompensatedOptimizer) and opt.compensation == "stochastic"
+        assert model[0].weight.dtype == torch.bfloat16 and model[4].weight.dtype == torch.float32
+        losses = []
+        for _ in range(40):
+            with mp.autocast():
+                loss = nn.functional.mse_loss(model(x).float(), y)
+            mp.backward(loss)
+            mp.step(opt)
+            losses.append(loss.item())
+    assert losses[-1] < 0.3 * losses[0]
+
+
+def test_option_checks():
+    with pytest.warns(PrecisionWarning, match="every update smaller than half an ulp"):
+        MixedPrecision("bf16-true", "cpu", update_compensation="none")
+    with pytest.raises(ConfigurationError, match="not a compensation"):
+        MixedPrecision("bf16-true", "cpu", update_compensation="kahn")
+    with pytest.raises(ConfigurationError, match="bf16_true_keep_fp32: given, but the precision"):
+        MixedPrecision("fp32", "cpu", bf16_true_keep_fp32=())
