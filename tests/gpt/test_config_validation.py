@@ -20,7 +20,7 @@ from ampkit.gpt.model import GPTConfig
         ({"keep_last": -1, "out": "x"}, "--keep-last must be an integer >= 1"),
         ({"lr": float("nan")}, "--lr must be a positive number"),
         ({"max_grad_norm": True}, "--max-grad-norm must be a positive number"),
-        ({"compile": "yes"}, "--compile must be True or False"),
+        ({"compile": "yes"}, "--compile must be True, False or None"),
         ({"overwrite": True, "resume": "auto", "out": "x"}, "--overwrite (replace"),
     ],
 )
