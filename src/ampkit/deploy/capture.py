@@ -10,8 +10,11 @@ dynamo=True)`` (onnxscript) and turns its failures into one line naming the op.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -92,6 +95,23 @@ def _unsupported_op(exc: BaseException) -> tuple[str, str] | None:
     return None
 
 
+@contextlib.contextmanager
+def _exporter_chatter_muted() -> Iterator[None]:
+    """Silence the exporter's registry notes ("torchvision is not installed. Skipping ...") and
+    its deprecation warnings for the call; the loggers' levels are restored afterwards. Errors
+    still raise."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def to_onnx(
     program: torch.exported_program.ExportedProgram,
     input_names: Sequence[str],
@@ -107,15 +127,16 @@ def to_onnx(
     require("onnx")
     require("onnxscript")
     try:
-        onnx_program = torch.onnx.export(
-            program,
-            (),
-            dynamo=True,
-            optimize=True,
-            verbose=False,
-            input_names=list(input_names),
-            output_names=list(output_names),
-        )
+        with _exporter_chatter_muted():
+            onnx_program = torch.onnx.export(
+                program,
+                (),
+                dynamo=True,
+                optimize=True,
+                verbose=False,
+                input_names=list(input_names),
+                output_names=list(output_names),
+            )
     except Exception as exc:  # torch.onnx.OnnxExporterError and what it wraps
         unsupported = _unsupported_op(exc)
         if unsupported:
