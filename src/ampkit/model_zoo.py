@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ampkit._logging import quiet_loggers
 from ampkit.errors import ConfigurationError, MissingDependencyError
 
 __all__ = ["HF_CHECKPOINTS", "LibraryModel", "TINY", "build_hf", "build_timm", "parse_options"]
@@ -110,7 +111,8 @@ class LibraryModel:
 
 def _import(package: str, extra: str) -> Any:
     try:
-        return importlib.import_module(package)
+        with quiet_loggers():
+            return importlib.import_module(package)
     except ImportError as exc:
         raise MissingDependencyError(
             f"--model: {extra}: models need the {package!r} package, which cannot be imported "
@@ -241,7 +243,7 @@ def build_hf(
             f"{limit or 'the model limit'}."
         )
     batch_size = batch_size or 8
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), quiet_loggers():  # transformers may import torchao
         torch.manual_seed(seed)
         model = auto_class.from_config(config)
     model.train()

@@ -95,4 +95,30 @@ def test_missing_checkpoint_and_bad_model_spec_are_one_line(tmp_path):
     result = _run("--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "x.onnx"))
     assert result.exit_code == 1 and "does not exist" in _one_error_line(result)
     result = _run("--model", "not a spec", "--out", str(tmp_path / "x.onnx"))
-    assert result.exit_code == 2 and "neither 'gpt' nor" in _one_error_line(result)
+    assert result.exit_code == 2 and "'not a spec' is not a model" in _one_error_line(result)
+    result = _run("--model", "hf:nosuch", "--out", str(tmp_path / "x.onnx"))
+    assert result.exit_code == 2 and "'nosuch' is neither a checkpoint name" in _one_error_line(
+        result
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_hugging_face_model_by_name_exports_with_fp32_outputs_and_parity(tmp_path):
+    pytest.importorskip("transformers")
+    onnx = pytest.importorskip("onnx")
+    out = tmp_path / "bert.onnx"
+    result = _run("--model", "hf:bert-base-uncased:tiny", "--out", str(out), "--batches", "1",
+                  "--json", "-")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert (
+        data["passed"]
+        and data["input_names"] == ["input_ids"]
+        and data["output_names"] == ["logits"]
+    )
+    assert 0.45 < data["size_bytes"] / data["fp32_size_bytes"] < 0.65
+    graph = onnx.load(str(out)).graph
+    (logits,) = graph.output
+    assert logits.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert data["parity"][0]["outputs"][0]["top1"] >= 0.99

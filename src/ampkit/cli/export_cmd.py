@@ -16,7 +16,7 @@ __all__ = ["export"]
     default="gpt",
     show_default=True,
     metavar="gpt|MODULE:FACTORY",
-    help="gpt: the built-in GPT; or a function returning (model, example_inputs).",
+    help="gpt: the built-in GPT; hf:NAME, timm:NAME or convnet (random weights, no download); or package.module:factory returning (model, example_inputs).",
 )
 @click.option(
     "--checkpoint",
@@ -93,6 +93,7 @@ def export(**options: Any) -> None:
       ampkit export --checkpoint runs/a --precision bf16 --out gpt-bf16.onnx --json -
       ampkit export --checkpoint runs/a/checkpoints/step-00000300 --out gpt.onnx
       ampkit export --model mymodels.vit:make --keep-fp32 head --dynamic-batch --out vit.onnx
+      ampkit export --model hf:bert-base-uncased:tiny --out bert-fp16.onnx
       ampkit export --checkpoint runs/a --format torch-export --out gpt-fp16.pt2
     """
     from ampkit.deploy import export as run_export
@@ -148,5 +149,7 @@ def _report(result: Any, json_path: str | None) -> None:
     if json_path:
         from pathlib import Path
 
-        Path(json_path).write_text(result.to_json() + "\n", encoding="utf-8")
+        from ampkit._files import atomic_write
+
+        atomic_write(Path(json_path), result.to_json() + "\n")
         click.echo(f"\nwrote {json_path}")

@@ -11,7 +11,6 @@ dynamo=True)`` (onnxscript) and turns its failures into one line naming the op.
 from __future__ import annotations
 
 import contextlib
-import logging
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ampkit._logging import quiet_loggers
 from ampkit.deploy.dependencies import require
 from ampkit.errors import ExportError
 
@@ -100,16 +100,10 @@ def _exporter_chatter_muted() -> Iterator[None]:
     """Silence the exporter's registry notes ("torchvision is not installed. Skipping ...") and
     its deprecation warnings for the call; the loggers' levels are restored afterwards. Errors
     still raise."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            warnings.simplefilter("ignore", DeprecationWarning)
-            yield
-    finally:
-        logger.setLevel(level)
+    with quiet_loggers("torch.onnx", "onnxscript"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        yield
 
 
 def to_onnx(

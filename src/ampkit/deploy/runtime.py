@@ -86,13 +86,21 @@ def run_reference(
 
     Raises:
         MissingDependencyError: onnx is not installed.
+        ExportError: the reference evaluator cannot run the graph (its own limits: an op it
+            does not implement for these shapes or dtypes).
     """
     onnx = require("onnx")
     model = onnx.load_from_string(model_bytes)
-    reference = onnx.reference.ReferenceEvaluator(model)
     names = [i.name for i in model.graph.input]
-    with np.errstate(all="ignore"):  # overflow is what this run looks for; it is counted
-        outputs = [list(reference.run(None, _feeds(names, input_names, b))) for b in batches]
+    try:
+        reference = onnx.reference.ReferenceEvaluator(model)
+        with np.errstate(all="ignore"):  # overflow is what this run looks for; it is counted
+            outputs = [list(reference.run(None, _feeds(names, input_names, b))) for b in batches]
+    except Exception as exc:  # the evaluator's numpy kernels raise ValueError, TypeError, ...
+        raise ExportError(
+            f"export: the ONNX reference evaluator (onnx {onnx.__version__}) could not run the "
+            f"graph ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc})."
+        ) from exc
     return outputs, f"onnx.reference (onnx {onnx.__version__})", []
 
 

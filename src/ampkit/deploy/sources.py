@@ -12,11 +12,8 @@ first 2,000,000 bytes that ``ampkit train`` trains on by default.
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +39,8 @@ class GPTLogits(nn.Module):
         return {"logits": self.gpt(idx)[0]}
 
 
-def _weights_file(path: Path) -> tuple[Path, Path | None]:
-    """``(model.safetensors, summary.json or None)`` of a run or checkpoint folder."""
+def _weights_source(path: Path) -> tuple[Path, Path | None]:
+    """``(what to read, summary.json or None)``: a checkpoint folder, or a weights file."""
     if path.is_file():
         return path, path.parent / "summary.json"
     if not path.is_dir():
@@ -51,41 +48,37 @@ def _weights_file(path: Path) -> tuple[Path, Path | None]:
             f"--checkpoint: {path} does not exist. Pass a run folder (ampkit train --out DIR), "
             "a checkpoint folder (DIR/checkpoints/step-N) or a model.safetensors file."
         )
-    if (path / "manifest.json").is_file():
-        from ampkit.trainer.checkpoint_folder import verify_checkpoint
-
-        verify_checkpoint(path)
-        return path / "model.safetensors", path.parent.parent / "summary.json"
+    if (path / "manifest.json").is_file() or (path / "COMPLETE").is_file():
+        return path, path.parent.parent / "summary.json"
     return path / "model.safetensors", path / "summary.json"
 
 
 def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], Path, dict[str, Any]]:
-    """``(fp32 weights, weights file, run config)`` from a run/checkpoint folder or a file.
+    """``(fp32 weights, where they came from, run config)`` from a run folder (its final
+    ``model.safetensors``), a checkpoint folder of either layout (verified first; a sharded one
+    is consolidated) or a safetensors file. Tied weights are tied again.
 
     Raises:
         CheckpointError: nothing there, a checkpoint that fails verification, or a weights
             file that is not safetensors.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from ampkit.trainer import checkpoint_folder
+    from ampkit.trainer.weights import read_weights_file
 
-    file, summary = _weights_file(Path(path))
-    if not file.is_file():
+    source, summary = _weights_source(Path(path))
+    if source.is_dir():
+        weights, _ = checkpoint_folder.load_weights(source)
+    elif source.is_file():
+        weights = read_weights_file(source)
+    else:
         raise CheckpointError(
-            f"--checkpoint: {file} is missing. Pass a run folder written by ampkit train --out, "
-            "or its checkpoints/step-N folder."
+            f"--checkpoint: {source} is missing. Pass a run folder written by ampkit train "
+            "--out, or its checkpoints/step-N folder."
         )
-    try:
-        weights = load_file(str(file))
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise CheckpointError(
-            f"--checkpoint: {file} is not a safetensors weights file ({exc}). Pass the "
-            "model.safetensors of an ampkit run."
-        ) from None
     config: dict[str, Any] = {}
     if summary is not None and summary.is_file():
         config = dict(json.loads(summary.read_text()).get("config") or {})
-    return weights, file, config
+    return weights, source, config
 
 
 def load_gpt(checkpoint: str | Path | None, *, seed: int = 0) -> tuple[GPTLogits, int]:
@@ -177,43 +170,30 @@ def held_out_batches(count: int, batch_size: int, seq_len: int) -> list[torch.Te
 
 
 def load_factory(spec: str) -> tuple[nn.Module, Any]:
-    """Import ``package.module:factory`` and call it; it returns ``(model, example_inputs)``.
+    """The model of ``--model`` and an example input for it.
 
-    The current directory is searched first, as ``python -m`` would.
+    ``hf:<name>``, ``timm:<name>`` and the built-in names are built by
+    :func:`ampkit.model_spec.build_model` (the example is its first batch without the
+    targets or ``labels``); ``package.module:factory`` (imported from the current folder) must
+    return ``(model, example_inputs)``.
 
     Raises:
         ConfigurationError: the spec is malformed, the module or function does not exist, or
             the factory returned something else.
+        MissingDependencyError: transformers/timm is needed and not installed.
     """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr.isidentifier():
-        raise ConfigurationError(
-            f"--model: {spec!r} is neither 'gpt' nor of the form package.module:factory. Name "
-            "a function returning (model, example_inputs), e.g. mymodels.vit:make."
-        )
-    cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not module_name.startswith(exc.name):
-            raise  # the user's module exists but imports something missing: show it
-        raise ConfigurationError(
-            f"--model: cannot import {module_name!r} (no module named {exc.name!r}). Run from "
-            "the folder that holds it, or install its package."
-        ) from None
-    finally:
-        if added:
-            sys.path.remove(cwd)
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise ConfigurationError(
-            f"--model: {module_name} has no function {attr!r}. The factory must be a function "
-            "returning (model, example_inputs)."
-        )
-    result = factory()
+    from ampkit.model_spec import build_model, call_factory
+
+    prefix = spec.partition(":")[0]
+    if prefix in ("hf", "timm") or ":" not in spec:
+        built = build_model(spec, batch_size=2)
+        batch = built.example_batch
+        if built.loss_fn is not None:
+            return built.model, batch[0]
+        if isinstance(batch, dict):
+            return built.model, {k: v for k, v in batch.items() if k != "labels"}
+        return built.model, batch
+    result = call_factory(spec)
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
         seen = type(result).__name__
         raise ConfigurationError(

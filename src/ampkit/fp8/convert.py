@@ -7,13 +7,13 @@ work without it; without torchao the functions raise :class:`MissingDependencyEr
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
 
+from ampkit._logging import quiet_loggers
 from ampkit.errors import ConfigurationError, MissingDependencyError
 
 __all__ = [
@@ -38,18 +38,14 @@ def import_float8() -> Any:
     Raises:
         MissingDependencyError: torchao is not installed.
     """
-    logger = logging.getLogger("torchao")
-    saved = logger.level
-    logger.setLevel(logging.ERROR)
     try:
-        import torchao.float8 as float8
+        with quiet_loggers():
+            import torchao.float8 as float8
     except ImportError as exc:
         raise MissingDependencyError(
             f"fp8: torchao is not installed ({exc}). fp8 training is built on torchao.float8: "
             "pip install 'ampkit[fp8]' (torchao 0.18 pairs with torch 2.13)."
         ) from exc
-    finally:
-        logger.setLevel(saved)
     return float8
 
 
