@@ -77,16 +77,11 @@ def run(*args: str, timeout: float = 300) -> Run:
 def error_line(result: Run) -> str:
     """The one error line a failed run printed (asserting there is exactly one).
 
-    ampkit's errors are one ``ampkit: error:`` line; a usage error that click itself catches
-    (a value of the wrong type, a folder where a file is wanted) is click's usual usage line,
-    hint and one ``Error:`` line, which is returned.
+    Every error is one ``ampkit: error:`` line, also a usage error that click itself catches
+    (a value of the wrong type, a folder where a file is wanted).
     """
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert "Traceback" not in result.stderr, result.stderr
-    if lines and lines[0].startswith("Usage: "):
-        errors = [line for line in lines if line.startswith("Error: ")]
-        assert len(lines) == 3 and len(errors) == 1, result.stderr
-        return errors[0]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("ampkit: error: "), lines[0]
     return lines[0]

@@ -18,6 +18,13 @@ from ampkit.errors import AmpkitError, StorageError
 __all__ = ["main"]
 
 
+#: click >= 8.2 raises this usage error to show a group's help when no command is given.
+_NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
+)
+
 #: ``errno`` values of a write that failed for lack of room or rights on the disk.
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
@@ -25,10 +32,37 @@ _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 class _AmpkitGroup(click.Group):
     """A click group that renders :class:`AmpkitError` as one line and exits non-zero.
 
-    Also one line: a full or read-only disk met by a writer that did not say so itself
-    (exit 1), and Ctrl-C (exit 130). Under ``ampkit train --nproc``, only rank 0 prints an
-    error: the other ranks meet the same one (settings, checkpoints and the loss are shared).
+    Also one line: click's own usage errors (a value of the wrong type, an unknown option or
+    command; exit 2, with the ``--help`` to read), a full or read-only disk met by a writer
+    that did not say so itself (exit 1), and Ctrl-C (exit 130). Under ``ampkit train
+    --nproc``, only rank 0 prints an error: the other ranks meet the same one (settings,
+    checkpoints and the loss are shared).
     """
+
+    def main(  # type: ignore[override]  # click's signature, narrowed to what ampkit passes
+        self,
+        args: list[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:  # bare ``ampkit``: the help page, as click shows it
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            _fail(_usage_line(exc), exc.exit_code)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), exc.exit_code)
+        except click.Abort:
+            _fail("interrupted (Ctrl-C).", 130)
+        # Without standalone mode click returns the code of an explicit exit (``--help``,
+        # ``--version``: 0) or the command's return value (ampkit's commands return None).
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -41,6 +75,15 @@ class _AmpkitGroup(click.Group):
             _fail(str(StorageError.from_os_error(exc, exc.filename or "a file")), 1)
         except KeyboardInterrupt:
             _fail("interrupted (Ctrl-C).", 130)
+
+
+def _usage_line(exc: click.UsageError) -> str:
+    """Click's usage error as one line: its message, then the help that lists what is
+    allowed (``ampkit train --help``)."""
+    message = exc.format_message().strip()
+    end = "" if message.endswith((".", "?", "!")) else "."
+    where = exc.ctx.command_path if exc.ctx is not None else "ampkit"
+    return f"{message}{end} See '{where} --help'."
 
 
 def _fail(message: str, code: int) -> NoReturn:
