@@ -175,3 +175,29 @@ def test_bf16_true_run_trains_in_bf16(tmp_path):
     assert "bf16-true on cpu" in result.output
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all(row["lost_updates"] is not None for row in rows)
+
+
+@pytest.mark.filterwarnings("ignore::ampkit.errors.PrecisionWarning")  # fp16 on a CPU is slow
+def test_resume_into_another_precision_needs_the_flag_and_is_recorded(tmp_path):
+    out = tmp_path / "run"
+    tiny = [*SMALL, "--n-layer", "1", "--n-embd", "32", "--checkpoint-every", "2", "--out"]
+    first = invoke(*tiny, str(out), "--precision", "fp16", "--steps", "4")
+    assert first.exit_code == 0, first.output
+    listing = sorted(p.name for p in (out / "checkpoints").iterdir())
+
+    refused = CliRunner().invoke(
+        main, ["train", *tiny, str(out), "--precision", "fp32", "--resume", "auto"]
+    )
+    assert refused.exit_code == 2
+    (line,) = [x for x in refused.stderr.splitlines() if x.strip()]
+    assert "--precision fp16 (now fp32)" in line
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == listing  # nothing written
+
+    args = ["--precision", "fp32", "--resume", "auto", "--allow-precision-change"]
+    resumed = invoke(*tiny, str(out), *args)
+    assert resumed.exit_code == 0, resumed.output
+    assert "--allow-precision-change: resuming the fp16 checkpoint in fp32" in resumed.output
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # the first step after the change gets a row of its own that records it
+    assert [r["step"] for r in rows] == [2, 4, 5, 6]
+    assert [r.get("precision_change") for r in rows] == [None, None, "fp16 -> fp32", None]
