@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from ampkit._text_table import text_table
+
 __all__ = ["NumberFormat", "format_table", "number_format", "number_formats"]
 
 
@@ -120,10 +122,4 @@ def format_table(formats: list[NumberFormat]) -> str:
         )
         for f in formats
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(text_table([header, *rows]))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ampkit._files import atomic_write, json_safe
+from ampkit._text_table import text_table
 from ampkit.errors import MissingDependencyError
 
 __all__ = [
@@ -301,7 +302,6 @@ class BenchReport:
             if cuda:
                 row.append("-" if v.mfu is None else f"{v.mfu:.1%}")
             rows.append(row)
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
         lines = []
         if self.noisy:
             lines += [
@@ -318,13 +318,7 @@ class BenchReport:
             f"{self.probe_tolerance:.0%}, probe spread {self.probe_spread:.2f}x)",
             "",
         ]
-        for i, row in enumerate(rows):
-            cells = [row[0].ljust(widths[0])] + [
-                c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-            ]
-            lines.append("  ".join(cells).rstrip())
-            if i == 0:
-                lines.append("  ".join("-" * w for w in widths))
+        lines += text_table(rows, right=range(1, len(header)))
         lines.append("")
         lines.append(f"memory: {self.memory_kind}")
         if self.peak_rss_bytes is not None:

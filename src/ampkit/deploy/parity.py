@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ampkit._text_table import text_table
+
 __all__ = ["TOLERANCES", "OutputParity", "ParityReport", "Tolerance", "compare"]
 
 
@@ -101,10 +103,7 @@ class ParityReport:
                     "ok" if o.passed else "FAIL",
                 )
             )
-        widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        lines = [
-            "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-        ]
+        lines = text_table(rows, rule=False)
         verdict = "PASS" if self.passed else "FAIL"
         lines.append(
             f"{verdict}: {self.batches} batches on {self.runtime}; tolerance max rel <= "

@@ -8,11 +8,12 @@ input's dtype. The only way to know what happened to a given model is to run it 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
+from ampkit._text_table import text_table
 from ampkit._tree import floating_tensors
 from ampkit.doctor.hooks import observe
 from ampkit.doctor.rows import MapRow
@@ -79,14 +80,4 @@ def format_precision_map(rows: tuple[MapRow, ...]) -> str:
         )
         for r in rows
     ]
-    return _table(header, body)
-
-
-def _table(header: tuple[str, ...], body: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *body]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(text_table([header, *body]))

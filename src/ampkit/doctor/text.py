@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ampkit._text_table import text_table
 from ampkit.doctor.dtype_map import format_precision_map
 from ampkit.doctor.rows import ModuleRow, PhaseRow, ReportView
 
@@ -56,13 +57,7 @@ def module_table(report: ReportView) -> str:
             if rel_fmt:
                 line.append(_rel(row, rel_fmt) if phase_name == "fwd" else "")
             body.append(line)
-    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *body]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join(text_table([header, *body]))
 
 
 def render_text(report: ReportView, *, findings_only: bool = False) -> str:

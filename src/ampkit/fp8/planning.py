@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit._text_table import text_table
 from ampkit.doctor.stats import RangeStats, format_limits
 from ampkit.errors import ConfigurationError
 from ampkit.fp8.convert import RECIPES
@@ -175,11 +176,7 @@ class Fp8Plan:
                     d.reason,
                 )
             )
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-        lines = [
-            "  ".join(c.ljust(w) for c, w in zip(r[:-1], widths, strict=False)) + "  " + r[-1]
-            for r in rows
-        ]
+        lines = text_table(rows, rule=False)
         how = (
             "measured on this GPU" if self.measured else "no CUDA: speed from torchao's size prior"
         )
