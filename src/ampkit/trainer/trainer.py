@@ -36,13 +36,13 @@ from torch import nn
 from ampkit._tree import to_device
 from ampkit.engine import MixedPrecision, StepResult
 from ampkit.errors import (
-    CheckpointError,
     ConfigurationError,
     NonFiniteTrainingError,
     StorageError,
 )
 from ampkit.policy import Policy, resolve_device
 from ampkit.scaler import LossScaler
+from ampkit.trainer.arguments import check_arguments
 from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
 from ampkit.trainer.checkpoint import (
     TrainingParts,
@@ -53,7 +53,6 @@ from ampkit.trainer.checkpoint import (
 from ampkit.trainer.checkpoint_writer import CheckpointWriter
 from ampkit.trainer.data import batch_loss, batch_size_of, build_loader
 from ampkit.trainer.distributed import (
-    STRATEGIES,
     DistContext,
     Strategy,
     init_distributed,
@@ -78,15 +77,6 @@ log = logging.getLogger("ampkit")
 
 OptimizerLike = torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 SchedulerLike = Any  # an LRScheduler, or a callable optimizer -> LRScheduler
-
-
-def _check_positive(name: str, value: int | None, allow_none: bool = True) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(
-            f"Trainer: {name}={value!r} is invalid. It must be an integer >= 1."
-        )
 
 
 class Trainer:
@@ -145,7 +135,6 @@ class Trainer:
             and in the first metrics row after the resume (``precision_change``).
         run_config: the run's settings (JSON-ready), recorded as ``config`` in every
             checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
-
         fp8_plan: fp8 only: the :class:`~ampkit.fp8.Fp8Plan` to apply; None plans from the
             first batch of ``fit``'s data (measured on CUDA; rank 0's plan is used by all).
             Under FSDP2 with the tensorwise recipe, weights are all-gathered in fp8 and their
@@ -207,56 +196,21 @@ class Trainer:
         update_compensation: str | None = None,
         bf16_true_keep_fp32: Sequence[str | type[nn.Module]] | None = None,
     ) -> None:
-        for name, value, optional in [
-            ("max_steps", max_steps, False),
-            ("checkpoint_every", checkpoint_every, True),
-            ("keep_last", keep_last, True),
-            ("log_every", log_every, False),
-            ("batch_size", batch_size, True),
-            ("eval_every", eval_every, True),
-        ]:
-            _check_positive(name, value, optional)
-        if (eval_every is None) != (eval_data is None):
-            raise ConfigurationError(
-                "Trainer: eval_every and eval_data go together: pass both (eval_every=N, "
-                "eval_data=batches) to evaluate every N steps, or neither."
-            )
-        if (checkpoint_every or keep_last or resume) and checkpoint_dir is None:
-            raise ConfigurationError(
-                "Trainer: checkpoint_every, keep_last and resume need checkpoint_dir. "
-                "Pass checkpoint_dir='path/to/checkpoints'."
-            )
-        if resume not in (None, "auto") and Path(resume).is_file():
-            raise CheckpointError(
-                f"resume: {resume} is a file, not a checkpoint folder. Pass a step-NNNNNNNN "
-                "folder (e.g. ckpt/step-00000500), or 'auto' to continue from the newest valid "
-                "checkpoint in checkpoint_dir."
-            )
-        if resume not in (None, "auto") and not Path(resume).is_dir():
-            raise CheckpointError(
-                f"resume: {resume} does not exist. Pass a step-NNNNNNNN folder, or 'auto' to "
-                "continue from the newest valid checkpoint in checkpoint_dir."
-            )
-        if checkpoint_layout not in ("auto", "full", "sharded"):
-            raise ConfigurationError(
-                f"Trainer: checkpoint_layout={checkpoint_layout!r} is unknown. Use 'auto', "
-                "'full' or 'sharded'."
-            )
-        if async_checkpoint and checkpoint_layout == "full":
-            raise ConfigurationError(
-                "Trainer: async_checkpoint=True writes with torch.distributed.checkpoint, "
-                "which needs checkpoint_layout='sharded' (or 'auto'), not 'full'."
-            )
-        if strategy not in STRATEGIES:
-            raise ConfigurationError(
-                f"Trainer: strategy={strategy!r} is unknown. Use one of "
-                f"{', '.join(repr(s) for s in STRATEGIES)}."
-            )
-        if strategy == "fsdp" and isinstance(optimizer, torch.optim.Optimizer):
-            raise ConfigurationError(
-                "Trainer: strategy='fsdp' replaces the parameters when sharding, so pass an "
-                "optimizer factory, e.g. optimizer=lambda params: torch.optim.AdamW(params)."
-            )
+        check_arguments(
+            optimizer,
+            max_steps=max_steps,
+            checkpoint_every=checkpoint_every,
+            keep_last=keep_last,
+            log_every=log_every,
+            batch_size=batch_size,
+            eval_every=eval_every,
+            eval_data=eval_data,
+            checkpoint_dir=checkpoint_dir,
+            resume=resume,
+            checkpoint_layout=checkpoint_layout,
+            async_checkpoint=async_checkpoint,
+            strategy=strategy,
+        )
         self.dist: DistContext = init_distributed(resolve_device(device).type)
         if device is None and torch.cuda.is_available():
             device = torch.device("cuda", self.dist.local_rank)
