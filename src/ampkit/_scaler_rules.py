@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["STATE_KEYS", "settings_problem", "state_problem"]
 
@@ -40,7 +40,7 @@ def _int(value: object, low: int, high: float = math.inf) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _real(value: object) -> bool:
+def _real(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -209,9 +209,7 @@ def run_bench(
     if flops is None:
         counted = copy.deepcopy(workload.model)
         x, y = workload.batch(0)
-        flops = count_train_flops(
-            lambda: workload.loss(counted, x, y).backward()  # type: ignore[no-untyped-call]
-        )
+        flops = count_train_flops(lambda: workload.loss(counted, x, y).backward())
         del counted
     variants = [
         _build_variant(workload, name, policy, c, cl, dev, max_grad_norm, compile_backend)
@@ -301,7 +299,7 @@ def _build_variant(
         x, y = workload.batch(0)
         plan = fp8_plan(
             model,
-            closure=lambda: workload.loss(model, x.to(dev), y.to(dev)),  # type: ignore[arg-type]
+            closure=lambda: workload.loss(model, x.to(dev), y.to(dev)),
             recipe=policy.fp8_recipe or "tensorwise",
         )
     engine = MixedPrecision(policy, max_grad_norm=max_grad_norm, fp8_plan=plan)

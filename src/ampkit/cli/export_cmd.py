@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["export"]
 
@@ -103,6 +106,7 @@ def export(**options: Any) -> None:
 
     if options["batches"] < 0:
         raise ConfigurationError(f"--batches: {options['batches']} is invalid. Use 0 or more.")
+    model: nn.Module
     if options["model_spec"] == "gpt":
         model, seq_len = load_gpt(options["checkpoint"], seed=options["seed"])
         batches = held_out_batches(options["batches"] + 1, 4, seq_len)

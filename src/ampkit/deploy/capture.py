@@ -110,7 +110,7 @@ def _exporter_chatter_muted() -> Iterator[None]:
 
 
 def to_onnx(
-    program: torch.exported_program.ExportedProgram,
+    program: torch.export.ExportedProgram,
     input_names: Sequence[str],
     output_names: Sequence[str],
 ) -> Any:
@@ -149,4 +149,9 @@ def to_onnx(
             f"export: torch.onnx.export failed: {type(exc).__name__}: {_first_line(exc)}. "
             "Rerun torch.onnx.export(..., report=True) for torch's full report."
         ) from exc
+    if onnx_program is None:  # only the legacy exporter (dynamo=False) returns nothing
+        raise ExportError(
+            f"export: torch.onnx.export(dynamo=True) of torch {torch.__version__} returned no "
+            "ONNX program. Report this with the model; meanwhile use format='torch-export'."
+        )
     return onnx_program.model_proto

@@ -37,6 +37,7 @@ from ampkit.deploy.parity import TOLERANCES, ParityReport, Tolerance, compare
 from ampkit.deploy.result import ExportResult
 from ampkit.deploy.signature import (
     FlatModel,
+    Signature,
     flatten_outputs,
     random_batches,
     resolve_signature,
@@ -99,7 +100,15 @@ def _reference(flat: FlatModel, batches: Sequence[Sequence[torch.Tensor]]):
     return [[t.float().numpy() if t.is_floating_point() else t.numpy() for t in o] for o in outputs]
 
 
-def _onnx_bytes(flat, signature, output_names, precision, keep, keep_io_types, dynamic_shapes):
+def _onnx_bytes(
+    flat: FlatModel,
+    signature: Signature,
+    output_names: Sequence[str],
+    precision: str,
+    keep: list[str],
+    keep_io_types: bool,
+    dynamic_shapes: Any,
+) -> tuple[bytes, int | None, dict[str, str], list[str]]:
     from ampkit.deploy.capture import capture, to_onnx
     from ampkit.deploy.dtypes import validate_dtypes
     from ampkit.deploy.lowering import lower
@@ -277,7 +286,14 @@ def _parity(data, format, precision, input_names, output_names, batches, referen
     return tuple(reports), []
 
 
-def _program_bytes(flat, signature, precision, keep, keep_io_types, dynamic_shapes):
+def _program_bytes(
+    flat: FlatModel,
+    signature: Signature,
+    precision: str,
+    keep: list[str],
+    keep_io_types: bool,
+    dynamic_shapes: Any,
+) -> tuple[bytes, int | None, dict[str, str]]:
     from ampkit.deploy.capture import capture
     from ampkit.fp32_islands import keep_fp32
 

@@ -67,6 +67,8 @@ def resolve_signature(model: nn.Module, example_inputs: Any) -> Signature:
     Raises:
         ConfigurationError: an input is not a tensor, or there are none.
     """
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
     if isinstance(example_inputs, torch.Tensor):
         args, kwargs = (example_inputs,), {}
     elif isinstance(example_inputs, (tuple, list)):
@@ -134,7 +136,9 @@ class FlatModel(nn.Module):
         return tuple(t for _, t in flatten_outputs(self.model(*args, **kwargs)))
 
 
-def random_batches(signature: Signature, count: int, seed: int = 0) -> list[tuple[torch.Tensor]]:
+def random_batches(
+    signature: Signature, count: int, seed: int = 0
+) -> list[tuple[torch.Tensor, ...]]:
     """``count`` batches shaped like the example inputs, drawn to look like them.
 
     Floating inputs are normal with the example's mean and standard deviation; integer inputs

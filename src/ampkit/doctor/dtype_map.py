@@ -8,7 +8,7 @@ input's dtype. The only way to know what happened to a given model is to run it 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -66,7 +66,7 @@ def precision_map(
     return tuple(observer.rows[n] for n in order if n in observer.rows)
 
 
-def format_precision_map(rows: tuple[MapRow, ...]) -> str:
+def format_precision_map(rows: Sequence[MapRow]) -> str:
     """A fixed-width table: module, type, input dtypes, output dtype, parameter dtypes."""
     header = ("module", "type", "inputs", "output", "params", "finite")
     body = [

@@ -220,7 +220,6 @@ def recommend(
         hardware: ``resolve_precision("auto")``'s description for this machine.
     """
     broken = [f for fs in findings.values() for f in fs if f.precision == "fp32"]
-    notes = []
     if broken:
         names = sorted(
             {f.module or ("(loss)" if f.module_type == "loss" else "(model)") for f in broken}
@@ -246,7 +245,7 @@ def recommend(
 
     if candidate == "fp32":
         return Recommendation(
-            "fp32", None, (), (*notes, "fp32 was diagnosed; nothing to change"), hardware
+            "fp32", None, (), ("fp32 was diagnosed; nothing to change",), hardware
         )
     if candidate == "bf16":
         bad = problems("bf16")
@@ -256,16 +255,16 @@ def recommend(
             if keep
             else "bf16 is clean for this model: no overflow, underflow or precision loss found"
         )
-        return Recommendation("bf16", None, keep, (*notes, why), hardware)
+        return Recommendation("bf16", None, keep, (why,), hardware)
     bad16 = problems("fp16")
     if not bad16:
         clean = f"fp16 is clean for this model at loss scale {loss_scale:g}"
-        return Recommendation("fp16", loss_scale, (), (*notes, clean), hardware)
+        return Recommendation("fp16", loss_scale, (), (clean,), hardware)
     where = ", ".join(sorted({f"{f.module} ({f.kind}, {f.phase})" for f in bad16}))
     if all(f.kind == "precision-loss" for f in bad16):
         keep = modules(bad16)
         why = f"fp16 keeps its range here but loses too much precision in {where}: run them in fp32"
-        return Recommendation("fp16", loss_scale, keep, (*notes, why), hardware)
+        return Recommendation("fp16", loss_scale, keep, (why,), hardware)
     if bf16_runs:
         keep = modules(problems("bf16"))
         why = (
@@ -274,7 +273,7 @@ def recommend(
         )
         if keep:
             why += f", but loses too much precision in {', '.join(keep)}: run them in fp32"
-        return Recommendation("bf16", None, keep, (*notes, why), hardware)
+        return Recommendation("bf16", None, keep, (why,), hardware)
     keep = modules(bad16, [m for m in input_overflow])
     why = f"fp16 fails in {where} and this device has no bf16: run them in fp32"
-    return Recommendation("fp16", loss_scale, keep, (*notes, why), hardware)
+    return Recommendation("fp16", loss_scale, keep, (why,), hardware)

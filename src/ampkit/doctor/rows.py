@@ -181,13 +181,32 @@ class MapRow:
 class ReportView(Protocol):
     """What the text and HTML renderers read from a :class:`~ampkit.NumericsReport`."""
 
-    precision: str
-    device: str
-    steps: int
-    loss_scale: float | None
-    rows: Sequence[ModuleRow]
-    findings: Sequence[NumericsFinding]
-    recommendation: Recommendation
-    precision_map: Sequence[MapRow] | None
-    formats: Mapping[str, Mapping[str, Any]]
-    scale_history: Sequence[Mapping[str, Any]] | None
+    @property
+    def precision(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def loss_scale(self) -> float | None: ...
+
+    @property
+    def rows(self) -> Sequence[ModuleRow]: ...
+
+    @property
+    def findings(self) -> Sequence[NumericsFinding]: ...
+
+    @property
+    def recommendation(self) -> Recommendation: ...
+
+    @property
+    def precision_map(self) -> Sequence[MapRow] | None: ...
+
+    @property
+    def formats(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    @property
+    def scale_history(self) -> Sequence[Mapping[str, Any]] | None: ...

@@ -7,6 +7,7 @@ run interleaved, and timed with CUDA events; the median of the rounds is kept.
 from __future__ import annotations
 
 import copy
+import functools
 import statistics
 from collections.abc import Callable
 
@@ -70,7 +71,7 @@ def time_linear(
     times: dict[str, list[float]] = {"bf16": [], "fp8": []}
     for i in range(warmup + rounds):
         for name in ("bf16", "fp8") if i % 2 == 0 else ("fp8", "bf16"):
-            ms = _timed(lambda n=name: step(n), device)
+            ms = _timed(functools.partial(step, name), device)
             if i >= warmup:
                 times[name].append(ms)
     return statistics.median(times["bf16"]), statistics.median(times["fp8"])

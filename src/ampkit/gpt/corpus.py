@@ -141,7 +141,7 @@ class ByteCorpus:
 
     def sha256(self) -> str:
         """SHA-256 of the text: tells whether a resumed run trains on the same data."""
-        return hashlib.sha256(self.tokens.numpy()).hexdigest()
+        return hashlib.sha256(self.tokens.numpy().data).hexdigest()  # a view: no copy
 
     def validate(self, batch_size: int, seq_len: int, world_size: int = 1) -> None:
         """Check that the corpus holds enough distinct windows for one global batch.

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -28,7 +28,7 @@ from ampkit.gpt.run_folder import RunPlan, open_run_folder
 from ampkit.policy import Policy, resolve_precision
 from ampkit.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, TrainerView
-from ampkit.trainer.distributed import launched_world_size
+from ampkit.trainer.distributed import Strategy, launched_world_size
 from ampkit.trainer.metrics import StepMetrics
 from ampkit.trainer.trainer import Trainer
 
@@ -231,7 +231,7 @@ def _train(
             resume=plan.resume,
             compile=config.compile,
             compile_mode=config.compile_mode,
-            strategy=config.strategy,
+            strategy=cast(Strategy, config.strategy),  # TrainConfig.validate checked it
             callbacks=[
                 *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
                 *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),

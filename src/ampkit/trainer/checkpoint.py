@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -108,7 +108,10 @@ def full_weights(parts: TrainingParts) -> dict[str, torch.Tensor]:
     if parts.sharded:
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        weights = get_model_state_dict(parts.model, options=_full_options(cpu_offload=True))
+        weights = cast(
+            dict[str, torch.Tensor],  # a full state dict: plain tensors
+            get_model_state_dict(parts.model, options=_full_options(cpu_offload=True)),
+        )
     else:
         weights = parts.model.state_dict()
     return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in weights.items()}
@@ -116,7 +119,7 @@ def full_weights(parts: TrainingParts) -> dict[str, torch.Tensor]:
 
 def small_state(parts: TrainingParts) -> dict[str, Any]:
     """Scheduler, engine, counters, data position and every rank's RNG. Collective."""
-    rng = [get_rng_state()]
+    rng: list[dict[str, Any] | None] = [get_rng_state()]
     if parts.dist.distributed:
         rng = [None] * parts.dist.world_size
         dist.all_gather_object(rng, get_rng_state())
@@ -205,7 +208,7 @@ def _load_full(parts: TrainingParts, path: Path, manifest: dict, state: dict) ->
             set_optimizer_state_dict,
         )
 
-        set_model_state_dict(parts.model, weights, options=_full_options())
+        set_model_state_dict(parts.model, dict(weights), options=_full_options())
         set_optimizer_state_dict(
             parts.model, parts.optimizer, state[OPTIMIZER], options=_full_options()
         )

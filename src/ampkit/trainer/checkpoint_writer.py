@@ -14,7 +14,7 @@ import logging
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch.distributed as dist
 
@@ -120,7 +120,8 @@ class CheckpointWriter:
         shared = [tmp]
         if parts.dist.distributed:
             dist.broadcast_object_list(shared, src=0)
-        target = Path(shared[0]) / folder.SHARDS
+        # rank 0 began the folder (else _agree raised on every rank): never None here
+        target = cast(Path, shared[0]) / folder.SHARDS
         future = None
         try:
             if self.async_save:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sized
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -105,7 +105,7 @@ def build_loader(
     if num_workers is None:
         num_workers = min(4, (os.cpu_count() or 2) // 2) if on_cuda else 0
     sampler = ResumableSampler(
-        dataset,
+        cast(Sized, dataset),  # a map-style Dataset has __len__; torch's type lacks it
         rank=rank,
         world_size=world_size,
         seed=seed,

@@ -97,12 +97,14 @@ def plan_fp8(
     )
     if mp.fp8_plan is None and train_data is not None:
         batch = to_device(example_batch(train_data, batch_size), mp.device)
-        plan = fp8_plan(model, batch, loss_fn=loss_fn, recipe=mp.policy.fp8_recipe or "tensorwise")
+        measured = fp8_plan(
+            model, batch, loss_fn=loss_fn, recipe=mp.policy.fp8_recipe or "tensorwise"
+        )
         if ctx.distributed:
-            shared = [plan]
+            shared = [measured]
             dist.broadcast_object_list(shared, src=0)
-            plan = shared[0]
-        mp.fp8_plan = plan
+            measured = shared[0]
+        mp.fp8_plan = measured
     plan = mp.fp8_plan
     if plan is None:
         return None

@@ -7,7 +7,7 @@ States are stored as tensors, lists and numbers only, so they load with
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -18,7 +18,8 @@ __all__ = ["get_rng_state", "reseed", "set_rng_state"]
 def get_rng_state() -> dict[str, Any]:
     """Python, NumPy, torch CPU and (when initialised) CUDA generator states."""
     version, mt_state, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    legacy = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
+    kind, keys, pos, has_gauss, cached = legacy
     state: dict[str, Any] = {
         "python": [version, list(mt_state), gauss],
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],

@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -104,7 +104,8 @@ def async_save(state: dict[str, Any], folder: str | Path, *, process_group: Any 
         response = dcp.async_save(
             state, storage_writer=writer, **_group_kwargs(dcp.async_save, process_group)
         )
-    return getattr(response, "upload_completion", response)  # torch >= 2.8 may wrap it
+    # torch >= 2.8 may wrap the future in an AsyncSaveResponse
+    return cast(Future, getattr(response, "upload_completion", response))
 
 
 # -- reading without running stored code ---------------------------------------------------------

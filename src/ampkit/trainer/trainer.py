@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -304,7 +304,8 @@ class Trainer:
     def _setup(self, train_data: Any = None) -> None:
         model = self.raw_model.to(self.device)
         if self.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+            # nn.Module.to takes memory_format; torch's type stubs do not list it
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         if self.mp.policy.precision == "fp8":
             note = plan_fp8(
                 self.mp,
@@ -334,7 +335,7 @@ class Trainer:
             sched(self.optimizer) if callable(sched) and not hasattr(sched, "step") else sched
         )
         if self.compile:
-            self.model = torch.compile(self.model, mode=self.compile_mode)
+            self.model = cast(nn.Module, torch.compile(self.model, mode=self.compile_mode))
         self.parts = TrainingParts(
             model=self.raw_model,
             optimizer=self.optimizer,
