@@ -122,3 +122,13 @@ def test_hugging_face_model_by_name_exports_with_fp32_outputs_and_parity(tmp_pat
     (logits,) = graph.output
     assert logits.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
     assert data["parity"][0]["outputs"][0]["top1"] >= 0.99
+
+
+def test_weights_file_that_is_not_safetensors_is_one_line(tmp_path):
+    bad = tmp_path / "model.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    out = tmp_path / "mlp.onnx"
+    result = _run("--model", "deploy_models:mlp", "--checkpoint", str(bad), "--out", str(out))
+    assert result.exit_code == 1
+    assert f"{bad} is not a readable safetensors file" in _one_error_line(result)
+    assert not out.exists()
