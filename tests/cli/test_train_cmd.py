@@ -175,6 +175,21 @@ def test_bf16_true_run_trains_in_bf16(tmp_path):
     assert "bf16-true on cpu" in result.output
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert all(row["lost_updates"] is not None for row in rows)
+    last = f"{rows[-1]['lost_updates']:.2%} of the last logged step's updates rounded away"
+    assert f"updates  bf16 weights, Kahan-compensated; {last}" in result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["update_compensation"] == "kahan"
+    assert summary["lost_updates"] == rows[-1]["lost_updates"]
+
+
+@pytest.mark.filterwarnings("default::ampkit.errors.PrecisionWarning")
+def test_precision_warning_is_one_line_without_a_python_location():
+    result = CliRunner().invoke(main, ["train", *SMALL, "--steps", "1", "--precision", "fp16"])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.stderr.splitlines() if "PrecisionWarning" in line
+              or line.startswith("ampkit: warning:")]  # fmt: skip
+    assert len(warned) == 1 and warned[0].startswith("ampkit: warning: precision 'fp16' on the CPU")
+    assert ".py:" not in result.stderr
 
 
 @pytest.mark.filterwarnings("ignore::ampkit.errors.PrecisionWarning")  # fp16 on a CPU is slow

@@ -8,12 +8,15 @@ are rendered here as one line on stderr with the error's exit code, never a trac
 from __future__ import annotations
 
 import errno
+import functools
 import sys
-from typing import Any, NoReturn
+import warnings
+from collections.abc import Callable
+from typing import Any, NoReturn, TextIO
 
 import click
 
-from ampkit.errors import AmpkitError, StorageError
+from ampkit.errors import AmpkitError, PrecisionWarning, StorageError
 
 __all__ = ["main"]
 
@@ -66,7 +69,9 @@ class _AmpkitGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with warnings.catch_warnings():  # restores showwarning and the filters after
+                warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
+                return super().invoke(ctx)
         except AmpkitError as exc:
             _fail(str(exc), exc.exit_code)
         except OSError as exc:
@@ -75,6 +80,25 @@ class _AmpkitGroup(click.Group):
             _fail(str(StorageError.from_os_error(exc, exc.filename or "a file")), 1)
         except KeyboardInterrupt:
             _fail("interrupted (Ctrl-C).", 130)
+
+
+def _show_warning(
+    fallback: Callable[..., None],
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """ampkit's own warnings as one ``ampkit: warning:`` line (rank 0 only under ``--nproc``);
+    the file and line of a command-line run say nothing to its user. Other libraries'
+    warnings keep Python's format (``fallback``, the ``showwarning`` in place before)."""
+    if not issubclass(category, PrecisionWarning):
+        fallback(message, category, filename, lineno, file, line)
+        return
+    if _is_reporting_rank():
+        click.echo(f"ampkit: warning: {message}", err=True)
 
 
 def _usage_line(exc: click.UsageError) -> str:
@@ -86,12 +110,17 @@ def _usage_line(exc: click.UsageError) -> str:
     return f"{message}{end} See '{where} --help'."
 
 
-def _fail(message: str, code: int) -> NoReturn:
+def _is_reporting_rank() -> bool:
+    """Rank 0 of an ``--nproc`` job, or a process ampkit did not launch."""
     import os
 
     from ampkit._process import launched_by_ampkit
 
-    if launched_by_ampkit() is None or os.environ.get("RANK", "0") == "0":
+    return launched_by_ampkit() is None or os.environ.get("RANK", "0") == "0"
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    if _is_reporting_rank():
         click.echo(f"ampkit: error: {message}", err=True)
     sys.exit(code)
 

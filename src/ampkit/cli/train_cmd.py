@@ -279,6 +279,14 @@ def _without_nproc(args: list[str]) -> list[str]:
     return cleaned
 
 
+#: How bf16-true keeps small weight updates, in the summary's words.
+_COMPENSATION = {
+    "kahan": "Kahan-compensated",
+    "stochastic": "stochastic rounding",
+    "none": "no compensation",
+}
+
+
 def _render_summary(summary: Any) -> str:
     rows = [
         ("precision", f"{summary.precision} on {summary.device}"),
@@ -295,6 +303,11 @@ def _render_summary(summary: Any) -> str:
     ]
     if summary.precision == "fp16":
         rows.insert(5, ("loss scale", f"{summary.final_scale:g}"))
+    if summary.update_compensation is not None:
+        how = _COMPENSATION.get(summary.update_compensation, summary.update_compensation)
+        if summary.lost_updates is not None:
+            how += f"; {summary.lost_updates:.2%} of the last logged step's updates rounded away"
+        rows.insert(5, ("updates", f"bf16 weights, {how}"))
     if summary.world_size > 1:
         rows.insert(1, ("processes", f"{summary.world_size} (batch per process)"))
     rows.extend(("note", note) for note in summary.notes)

@@ -56,6 +56,8 @@ class TrainSummary:
     world_size: int = 1
     resumed_from: str | None = None
     notes: list[str] = field(default_factory=list)
+    update_compensation: str | None = None
+    lost_updates: float | None = None
     scale_history: list[tuple[int, float]] = field(default_factory=list)
     config: dict[str, object] = field(default_factory=dict)
 
@@ -269,6 +271,8 @@ def _train(
         resumed_from=result.resumed_from,
         notes=[*plan.notes, *result.notes],
         scale_history=result.scale_history,
+        update_compensation=result.update_compensation,
+        lost_updates=result.lost_updates,
         config=config.to_dict(),
     )
     if out and trainer.is_main:

@@ -27,6 +27,10 @@ class FitResult:
         checkpoints: checkpoints written by this call.
         notes: what the run decided on its own (resume, skipped bad checkpoints, ...).
         scale_history: ``(step, scale)`` at each change of loss scale.
+        update_compensation: bf16-true only: how small weight updates are kept (``"kahan"``,
+            ``"stochastic"`` or ``"none"``); None for the other precisions.
+        lost_updates: bf16-true only: the share of intended weight updates the bf16 weights
+            rounded away, at the last logged step (None before the first log, or otherwise).
     """
 
     precision: str
@@ -46,3 +50,5 @@ class FitResult:
     checkpoints: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     scale_history: list[tuple[int, float]] = field(default_factory=list)
+    update_compensation: str | None = None
+    lost_updates: float | None = None

@@ -273,6 +273,7 @@ class Trainer:
         self._row_start = 1  # the first step of the interval the next logged row covers
         self._param_names: dict[int, str] = {}
         self._lost_warned = False
+        self._lost_updates: float | None = None  # bf16-true: at the last logged step
 
     # -- properties ------------------------------------------------------------------------
 
@@ -535,6 +536,7 @@ class Trainer:
                 metrics, self._parts().optimizer, self._param_names, not self._lost_warned
             )
             self._lost_warned = self._lost_warned or warned
+            self._lost_updates = metrics.lost_updates
             for callback in self.callbacks:
                 callback.on_log(self, metrics)  # the row with the inf/NaN is logged, then we stop
             if self._watch_loss and not math.isfinite(metrics.loss):
@@ -599,6 +601,10 @@ class Trainer:
             checkpoints=list(self.saved),
             notes=list(self.notes),
             scale_history=list(stats.scale_history),
+            update_compensation=(
+                self.mp.update_compensation if self.mp.policy.precision == "bf16-true" else None
+            ),
+            lost_updates=self._lost_updates,
         )
 
     def save_checkpoint(self) -> Path | None:
