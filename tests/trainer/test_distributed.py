@@ -117,3 +117,17 @@ def test_inf_on_one_rank_skips_the_step_on_every_rank(tmp_path):
     assert ranks[0]["stats"] == ranks[1]["stats"]
     for name, tensor in ranks[0]["state"].items():
         assert torch.equal(tensor, ranks[1]["state"][name]), name
+
+
+def test_fsdp2_api_is_the_public_one_and_falls_back_to_torch_2_5s_path(monkeypatch):
+    import torch.distributed.fsdp as public
+
+    from ampkit.trainer.distributed import fsdp2_api
+
+    assert fsdp2_api() == (public.fully_shard, public.MixedPrecisionPolicy)
+    # torch 2.5 has FSDP2 only under torch.distributed._composable.fsdp (which newer torch
+    # keeps, importing from the public path: load it before the public name goes away)
+    import torch.distributed._composable.fsdp as torch_2_5_path
+
+    monkeypatch.delattr(public, "fully_shard")
+    assert fsdp2_api() == (torch_2_5_path.fully_shard, torch_2_5_path.MixedPrecisionPolicy)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -24,6 +25,7 @@ __all__ = [
     "STRATEGIES",
     "DistContext",
     "Strategy",
+    "fsdp2_api",
     "fsdp_mixed_precision",
     "init_distributed",
     "teardown_distributed",
@@ -98,6 +100,19 @@ def teardown_distributed(ctx: DistContext) -> None:
         dist.destroy_process_group()
 
 
+def fsdp2_api() -> tuple[Callable[..., Any], type]:
+    """FSDP2's ``fully_shard`` and ``MixedPrecisionPolicy``: public in ``torch.distributed.fsdp``
+    from torch 2.6, under ``torch.distributed._composable.fsdp`` in torch 2.5."""
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    except ImportError:  # torch 2.5
+        from torch.distributed._composable.fsdp import (  # type: ignore[no-redef]
+            MixedPrecisionPolicy,
+            fully_shard,
+        )
+    return fully_shard, MixedPrecisionPolicy
+
+
 def fsdp_mixed_precision(policy: Policy):  # -> torch.distributed.fsdp.MixedPrecisionPolicy
     """FSDP2's ``MixedPrecisionPolicy`` for an ampkit policy.
 
@@ -105,7 +120,7 @@ def fsdp_mixed_precision(policy: Policy):  # -> torch.distributed.fsdp.MixedPrec
     fp32); gradients are reduced in fp32, so the sharded fp32 master weights and optimizer
     state see full-precision gradients.
     """
-    from torch.distributed.fsdp import MixedPrecisionPolicy
+    _, MixedPrecisionPolicy = fsdp2_api()
 
     low = policy.compute_dtype if policy.autocast_enabled else None
     return MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
@@ -127,8 +142,7 @@ def wrap_model(model: nn.Module, strategy: Strategy, ctx: DistContext, policy: P
         device_ids = [ctx.local_rank] if policy.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
     if strategy == "fsdp":
-        from torch.distributed.fsdp import fully_shard
-
+        fully_shard, _ = fsdp2_api()
         mp_policy = fsdp_mixed_precision(policy)
         for child in model.modules():
             if child is not model and isinstance(child, nn.ModuleList):
