@@ -210,3 +210,22 @@ def test_reference_evaluator_failure_is_a_note_and_onnx_runtime_still_decides(
     assert result.parity[0].runtime.startswith("onnxruntime")
     (note,) = [n for n in result.notes if "reference evaluator" in n]
     assert "checked only as ONNX Runtime computes it" in note
+
+
+def test_exporter_without_optimize_keyword_is_optimised_after_export(tmp_path, monkeypatch):
+    # torch 2.5's torch.onnx.export(dynamo=True) takes no optimize=; present that signature
+    # over the real exporter, which then leaves the optimising to ampkit
+    real = torch.onnx.export
+    optimised = []
+
+    def export_2_5(model, args, *, dynamo, verbose, input_names, output_names):
+        program = real(model, args, dynamo=dynamo, verbose=verbose, input_names=input_names,
+                       output_names=output_names, optimize=False)  # fmt: skip
+        optimise = program.optimize
+        program.optimize = lambda: optimised.append(True) or optimise()
+        return program
+
+    monkeypatch.setattr(torch.onnx, "export", export_2_5)
+    model, inputs = deploy_models.mlp()
+    result = ampkit.export(model, inputs, tmp_path / "mlp.onnx", keep_fp32=[])
+    assert optimised == [True] and result.passed

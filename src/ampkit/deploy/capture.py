@@ -11,6 +11,7 @@ dynamo=True)`` (onnxscript) and turns its failures into one line naming the op.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -123,17 +124,22 @@ def to_onnx(
     """
     require("onnx")
     require("onnxscript")
+    # torch 2.5's exporter has no optimize= yet: there the program is optimised after export
+    optimize_on_export = "optimize" in inspect.signature(torch.onnx.export).parameters
+    extra: dict[str, Any] = {"optimize": True} if optimize_on_export else {}
     try:
         with _exporter_chatter_muted():
             onnx_program = torch.onnx.export(
                 program,
                 (),
                 dynamo=True,
-                optimize=True,
                 verbose=False,
                 input_names=list(input_names),
                 output_names=list(output_names),
+                **extra,
             )
+            if onnx_program is not None and not optimize_on_export:
+                onnx_program.optimize()
     except Exception as exc:  # torch.onnx.OnnxExporterError and what it wraps
         unsupported = _unsupported_op(exc)
         if unsupported:
