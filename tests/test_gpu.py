@@ -47,3 +47,41 @@ def test_session_sets_and_restores_tf32_on_ampere():
     with MixedPrecision("fp32", "cuda", tf32=True):
         assert torch.get_float32_matmul_precision() == "high"
     assert torch.get_float32_matmul_precision() == before
+
+
+def test_fp16_step_synchronises_the_host_at_most_once():
+    # the one sync is the scaler's skip decision (found_inf read on the host); clipping, the
+    # scale update and the lazily read grad norm must not add any
+    import warnings
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 8)
+    ).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    mp = MixedPrecision("fp16", "cuda", max_grad_norm=1.0)
+    g = torch.Generator(device="cuda").manual_seed(1)
+
+    def step() -> None:
+        x = torch.randn(64, 256, device="cuda", generator=g)
+        y = torch.randint(0, 8, (64,), device="cuda", generator=g)
+        with mp.autocast():
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+        mp.backward(loss)
+        mp.step(opt)
+
+    with mp:
+        for _ in range(3):  # warm-up: lazy optimizer state, cuBLAS handles
+            step()
+        torch.cuda.synchronize()
+        steps = 5
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                for _ in range(steps):
+                    step()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) <= steps, [str(w.message) for w in syncs]
