@@ -30,7 +30,7 @@ import inspect
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -449,14 +449,6 @@ def build_model(spec: str, *, batch_size: int | None = None, seed: int = 0) -> B
             )
         build = build_hf if prefix == "hf" else build_timm
         made = build(spec, name, options, batch_size=batch_size, seed=seed)
-        return BuiltModel(
-            name=spec,
-            model=made.model,
-            batch=made.batch,
-            loss_fn=made.loss_fn,
-            items_per_step=made.items_per_step,
-            unit=made.unit,
-            batch_size=made.batch_size,
-            description=made.description,
-        )
+        # every LibraryModel field is a BuiltModel field (shallow: the model is not copied)
+        return BuiltModel(name=spec, **{f.name: getattr(made, f.name) for f in fields(made)})
     return from_factory_result(spec, call_factory(spec, batch_size))
