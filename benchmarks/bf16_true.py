@@ -24,7 +24,7 @@ import torch
 
 def bytes_per_parameter(precision: str, compensation: str | None, keep: tuple | None) -> float:
     from ampkit import MixedPrecision
-    from ampkit.gpt.model import GPT, GPTConfig
+    from ampkit.models.gpt import GPT, GPTConfig
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=4, n_embd=128))

@@ -71,7 +71,7 @@ def _table(report: BenchReport, title: str) -> str:
 def _fp8_unavailable(device: str) -> str | None:
     """Why fp8 cannot run on ``device``, or None when it can."""
     from ampkit.errors import AmpkitError
-    from ampkit.policy import resolve_precision
+    from ampkit.precision.policy import resolve_precision
 
     try:
         resolve_precision("fp8", device)

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator
 import torch
 
 import ampkit
-from ampkit.gpt.corpus import load_corpus
-from ampkit.gpt.model import GPT, GPTConfig
-from ampkit.hardware import probe
+from ampkit.models.corpus import load_corpus
+from ampkit.models.gpt import GPT, GPTConfig
+from ampkit.precision.hardware import probe
 
 
 def make_step(args: argparse.Namespace) -> tuple[torch.nn.Module, Callable[[int], None]]:

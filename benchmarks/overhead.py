@@ -26,9 +26,9 @@ import torch
 
 import ampkit
 from ampkit.bench.timing import matmul_probe, run_interleaved
-from ampkit.gpt.corpus import load_corpus
-from ampkit.gpt.model import GPT, GPTConfig
-from ampkit.hardware import probe
+from ampkit.models.corpus import load_corpus
+from ampkit.models.gpt import GPT, GPTConfig
+from ampkit.precision.hardware import probe
 
 _DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 

@@ -37,7 +37,7 @@ import torch
 import ampkit
 from ampkit.bench.timing import matmul_probe, run_interleaved
 from ampkit.bench.workloads import Workload, gpt_workload
-from ampkit.hardware import probe
+from ampkit.precision.hardware import probe
 
 MAX_NORM = 1.0
 Batch = tuple[torch.Tensor, torch.Tensor]

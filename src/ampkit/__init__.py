@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ampkit._tree import to_device as to_device
-    from ampkit.bf16_true import CompensatedOptimizer as CompensatedOptimizer
-    from ampkit.bf16_true import lost_update_fraction as lost_update_fraction
     from ampkit.deploy import ExportResult as ExportResult
     from ampkit.deploy import export as export
     from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
@@ -26,8 +24,6 @@ if TYPE_CHECKING:
     from ampkit.doctor import detect_nonfinite as detect_nonfinite
     from ampkit.doctor import diagnose as diagnose
     from ampkit.doctor import precision_map as precision_map
-    from ampkit.engine import MixedPrecision as MixedPrecision
-    from ampkit.engine import StepResult as StepResult
     from ampkit.errors import AmpkitError as AmpkitError
     from ampkit.errors import CheckpointError as CheckpointError
     from ampkit.errors import ConfigurationError as ConfigurationError
@@ -42,22 +38,26 @@ if TYPE_CHECKING:
     from ampkit.errors import ScalerStateError as ScalerStateError
     from ampkit.errors import StorageError as StorageError
     from ampkit.errors import UnsupportedPrecisionError as UnsupportedPrecisionError
-    from ampkit.formats import NumberFormat as NumberFormat
-    from ampkit.formats import number_format as number_format
-    from ampkit.formats import number_formats as number_formats
-    from ampkit.fp8 import Fp8Plan as Fp8Plan
-    from ampkit.fp8 import fp8_plan as fp8_plan
-    from ampkit.fp32_islands import Fp32Islands as Fp32Islands
-    from ampkit.fp32_islands import keep_fp32 as keep_fp32
     from ampkit.gpt.config import TrainConfig as TrainConfig
     from ampkit.gpt.job import TrainSummary as TrainSummary
     from ampkit.gpt.job import train as train
-    from ampkit.inference import predict as predict
-    from ampkit.policy import Policy as Policy
-    from ampkit.policy import precision_session as precision_session
-    from ampkit.policy import resolve_precision as resolve_precision
-    from ampkit.scaler import LossScaler as LossScaler
-    from ampkit.scaler import ScalerStats as ScalerStats
+    from ampkit.precision.bf16_true import CompensatedOptimizer as CompensatedOptimizer
+    from ampkit.precision.bf16_true import lost_update_fraction as lost_update_fraction
+    from ampkit.precision.engine import MixedPrecision as MixedPrecision
+    from ampkit.precision.engine import StepResult as StepResult
+    from ampkit.precision.formats import NumberFormat as NumberFormat
+    from ampkit.precision.formats import number_format as number_format
+    from ampkit.precision.formats import number_formats as number_formats
+    from ampkit.precision.fp8 import Fp8Plan as Fp8Plan
+    from ampkit.precision.fp8 import fp8_plan as fp8_plan
+    from ampkit.precision.inference import predict as predict
+    from ampkit.precision.islands import Fp32Islands as Fp32Islands
+    from ampkit.precision.islands import keep_fp32 as keep_fp32
+    from ampkit.precision.policy import Policy as Policy
+    from ampkit.precision.policy import precision_session as precision_session
+    from ampkit.precision.policy import resolve_precision as resolve_precision
+    from ampkit.precision.scaler import LossScaler as LossScaler
+    from ampkit.precision.scaler import ScalerStats as ScalerStats
     from ampkit.trainer import Callback as Callback
     from ampkit.trainer import FitResult as FitResult
     from ampkit.trainer import Trainer as Trainer
@@ -65,10 +65,10 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
-    "CompensatedOptimizer": "ampkit.bf16_true",
-    "lost_update_fraction": "ampkit.bf16_true",
-    "Fp8Plan": "ampkit.fp8",
-    "fp8_plan": "ampkit.fp8",
+    "CompensatedOptimizer": "ampkit.precision.bf16_true",
+    "lost_update_fraction": "ampkit.precision.bf16_true",
+    "Fp8Plan": "ampkit.precision.fp8",
+    "fp8_plan": "ampkit.precision.fp8",
     "Callback": "ampkit.trainer",
     "NumericsFinding": "ampkit.doctor",
     "ExportResult": "ampkit.deploy",
@@ -80,8 +80,8 @@ _EXPORTS: dict[str, str] = {
     "detect_nonfinite": "ampkit.doctor",
     "diagnose": "ampkit.doctor",
     "precision_map": "ampkit.doctor",
-    "MixedPrecision": "ampkit.engine",
-    "StepResult": "ampkit.engine",
+    "MixedPrecision": "ampkit.precision.engine",
+    "StepResult": "ampkit.precision.engine",
     "AmpkitError": "ampkit.errors",
     "CheckpointError": "ampkit.errors",
     "ConfigurationError": "ampkit.errors",
@@ -96,17 +96,17 @@ _EXPORTS: dict[str, str] = {
     "ScalerStateError": "ampkit.errors",
     "StorageError": "ampkit.errors",
     "UnsupportedPrecisionError": "ampkit.errors",
-    "NumberFormat": "ampkit.formats",
-    "number_format": "ampkit.formats",
-    "number_formats": "ampkit.formats",
-    "predict": "ampkit.inference",
-    "Fp32Islands": "ampkit.fp32_islands",
-    "keep_fp32": "ampkit.fp32_islands",
-    "Policy": "ampkit.policy",
-    "precision_session": "ampkit.policy",
-    "resolve_precision": "ampkit.policy",
-    "LossScaler": "ampkit.scaler",
-    "ScalerStats": "ampkit.scaler",
+    "NumberFormat": "ampkit.precision.formats",
+    "number_format": "ampkit.precision.formats",
+    "number_formats": "ampkit.precision.formats",
+    "predict": "ampkit.precision.inference",
+    "Fp32Islands": "ampkit.precision.islands",
+    "keep_fp32": "ampkit.precision.islands",
+    "Policy": "ampkit.precision.policy",
+    "precision_session": "ampkit.precision.policy",
+    "resolve_precision": "ampkit.precision.policy",
+    "LossScaler": "ampkit.precision.scaler",
+    "ScalerStats": "ampkit.precision.scaler",
     "FitResult": "ampkit.trainer",
     "Trainer": "ampkit.trainer",
     "TrainConfig": "ampkit.gpt.config",

@@ -69,7 +69,7 @@ def test_default_precisions_on_this_machine_measure_a_low_precision(user_models)
     import torch
 
     from ampkit.bench import default_precisions
-    from ampkit.hardware import probe
+    from ampkit.precision.hardware import probe
 
     expected = default_precisions(probe(torch.device("cpu")))
     result = invoke("--model", f"{user_models}:tiny", *FAST)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ampkit.bench.flops import count_train_flops, gpt_train_flops, mfu, peak_flops
-from ampkit.gpt.model import GPT, GPTConfig
+from ampkit.models.gpt import GPT, GPTConfig
 
 
 @pytest.mark.parametrize(

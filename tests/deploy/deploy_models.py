@@ -14,7 +14,7 @@ from torch import nn
 def tiny_gpt() -> tuple[nn.Module, tuple[torch.Tensor]]:
     """The built-in GPT, 2 layers of width 64, on 2 sequences of 32 bytes."""
     from ampkit.deploy.sources import GPTLogits
-    from ampkit.gpt.model import GPT, GPTConfig
+    from ampkit.models.gpt import GPT, GPTConfig
 
     torch.manual_seed(0)
     model = GPTLogits(GPT(GPTConfig(block_size=32, n_layer=2, n_head=4, n_embd=64)))

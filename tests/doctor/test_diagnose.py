@@ -11,8 +11,8 @@ from doctor_models import cancellation, division_by_zero, healthy, overflowing, 
 from torch import nn
 
 import ampkit
-from ampkit.doctor.stats import format_limits
-from ampkit.hardware import HardwareInfo
+from ampkit.precision.hardware import HardwareInfo
+from ampkit.precision.stats import format_limits
 
 FP16 = format_limits()["fp16"]
 VOLTA = HardwareInfo(

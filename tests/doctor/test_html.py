@@ -118,7 +118,7 @@ def test_histograms_are_log_scaled_so_a_small_tail_shows():
 
     from ampkit.doctor.html import _panel
     from ampkit.doctor.rows import PhaseRow
-    from ampkit.doctor.stats import HIST_BINS, HIST_MIN_EXPONENT
+    from ampkit.precision.stats import HIST_BINS, HIST_MIN_EXPONENT
 
     model, closure = overflowing()
     report = ampkit.diagnose(model, closure, "fp16", steps=1, with_precision_map=False)

@@ -9,7 +9,7 @@ from torch import nn
 
 import ampkit
 from ampkit.doctor.isolation import isolated_copy, preserved_state
-from ampkit.model_spec import build_model
+from ampkit.models.resolve import build_model
 
 
 def test_batchnorm_statistics_and_rng_survive_diagnose_with_the_precision_map():

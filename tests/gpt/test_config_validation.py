@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ampkit import ConfigurationError, TrainConfig
-from ampkit.gpt.model import GPTConfig
+from ampkit.models.gpt import GPTConfig
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ampkit import CheckpointError, ConfigurationError, RunInUseError, TrainConfig
+from ampkit.checkpoint.folder import save_checkpoint
 from ampkit.gpt.resume import run_record
 from ampkit.gpt.run_folder import open_run_folder
-from ampkit.trainer.checkpoint_folder import save_checkpoint
 
 
 def open_folder(config: TrainConfig, sha: str = "abc"):

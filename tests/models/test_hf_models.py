@@ -19,8 +19,8 @@ transformers = pytest.importorskip(
 
 import ampkit  # noqa: E402
 from ampkit.cli import main  # noqa: E402
-from ampkit.model_spec import BuiltModel, build_model  # noqa: E402
-from ampkit.trainer.data import batch_size_of  # noqa: E402
+from ampkit.models.resolve import BuiltModel, build_model  # noqa: E402
+from ampkit.precision.batches import batch_size_of  # noqa: E402
 
 MODELS = ["gpt2", "bert-base-uncased", "t5-small"]
 SEQ = 16

@@ -13,7 +13,7 @@ pytest.importorskip(
 )
 
 import ampkit  # noqa: E402
-from ampkit.model_spec import build_model  # noqa: E402
+from ampkit.models.resolve import build_model  # noqa: E402
 
 
 @pytest.mark.parametrize("spec", ["timm:resnet18", "timm:vit_tiny_patch16_224:img_size=32"])

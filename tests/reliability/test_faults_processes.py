@@ -16,7 +16,7 @@ import torch
 from faults import TINY, Run, cli, error_line, metric_steps, spawn
 from safetensors.torch import load_file
 
-from ampkit.trainer.checkpoint_folder import find_checkpoints
+from ampkit.checkpoint.folder import find_checkpoints
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -80,7 +80,7 @@ def test_a_second_run_on_a_live_folder_fails_at_once_and_loses_nothing(tmp_path)
 
 KILL_DURING_WRITE = """
 import os, signal, sys
-from ampkit.trainer import checkpoint_folder
+from ampkit.checkpoint import folder as checkpoint_folder
 real = checkpoint_folder.atomic_write
 def dying_write(path, data, **kwargs):
     if "step-00000004" in str(path) and path.name == "state.pt":

@@ -5,7 +5,7 @@
 
 Trains a small MLP for 12 steps with a checkpoint every 3 and ``resume="auto"``, then writes
 the final weights to OUT_FILE. The kill modes patch nothing in ampkit's logic: they wrap the
-file-system calls ampkit.trainer.checkpoint_folder makes, the way a crash at that moment would interrupt them.
+file-system calls ampkit.checkpoint.folder makes, the way a crash at that moment would interrupt them.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 import ampkit
-from ampkit.trainer import checkpoint_folder as ckpt
+from ampkit.checkpoint import folder as ckpt
 
 KILL_STEP = 9
 
@@ -56,7 +56,7 @@ def install_kill(mode: str) -> list[ampkit.Callback]:
                 die()
             real_replace(src, dst)
 
-        ckpt.os.replace = crash_replace  # the os module as ampkit.trainer.checkpoint_folder sees it
+        ckpt.os.replace = crash_replace  # the os module as ampkit.checkpoint.folder sees it
         return []
     return []
 

@@ -8,7 +8,7 @@ from torch import nn
 
 import ampkit
 from ampkit import ConfigurationError, PrecisionWarning, Trainer, resolve_precision
-from ampkit.hardware import HardwareInfo
+from ampkit.precision.hardware import HardwareInfo
 
 
 def _data(n: int = 128):

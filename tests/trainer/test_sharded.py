@@ -21,9 +21,9 @@ from safetensors.torch import load_file
 from sharded_worker import BATCH, run
 
 from ampkit import CheckpointError
+from ampkit.checkpoint import sharded
+from ampkit.checkpoint.folder import begin_checkpoint, commit_checkpoint, load_weights
 from ampkit.cli import main
-from ampkit.trainer import sharded
-from ampkit.trainer.checkpoint_folder import begin_checkpoint, commit_checkpoint, load_weights
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
 
@@ -156,7 +156,7 @@ def test_a_dcp_index_that_would_run_code_is_refused(tmp_path):
 
 def test_async_checkpoint_is_committed_only_at_the_next_one_or_at_the_end(tmp_path):
     from ampkit import Callback
-    from ampkit.trainer.checkpoint_folder import find_checkpoints
+    from ampkit.checkpoint.folder import find_checkpoints
 
     seen = {}
 

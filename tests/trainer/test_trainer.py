@@ -316,7 +316,7 @@ def test_predict_returns_fp32_in_inference_mode_and_restores_mode():
 def test_compile_trains_without_graph_breaks():
     from torch._dynamo.utils import counters
 
-    from ampkit.gpt.model import GPT, GPTConfig
+    from ampkit.models.gpt import GPT, GPTConfig
 
     counters.clear()
     torch.manual_seed(0)

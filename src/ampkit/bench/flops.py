@@ -42,7 +42,7 @@ def gpt_train_flops(model: nn.Module, batch_size: int, seq_len: int) -> float:
     """Model FLOPs of one training step of the built-in GPT on ``batch_size x seq_len``.
 
     ``model`` must have ``config.n_layer`` and ``config.n_embd`` (the built-in
-    :class:`~ampkit.gpt.model.GPT` does).
+    :class:`~ampkit.models.gpt.GPT` does).
     """
     config: Any = getattr(model, "config")  # noqa: B009 (a GPTConfig; Module has no such attr)
     matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))

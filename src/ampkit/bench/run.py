@@ -25,11 +25,11 @@ from ampkit.bench.memory import cuda_step_peak_bytes, saved_tensor_bytes, state_
 from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
 from ampkit.bench.timing import MIN_ROUNDS, Timings, matmul_probe, run_interleaved
 from ampkit.bench.workloads import Workload, load_workload
-from ampkit.engine import MixedPrecision
 from ampkit.errors import ConfigurationError, PrecisionWarning
-from ampkit.hardware import HardwareInfo
-from ampkit.hardware import probe as probe_hardware
-from ampkit.policy import Policy, resolve_device, resolve_precision
+from ampkit.precision.engine import MixedPrecision
+from ampkit.precision.hardware import HardwareInfo
+from ampkit.precision.hardware import probe as probe_hardware
+from ampkit.precision.policy import Policy, resolve_device, resolve_precision
 from ampkit.trainer.metrics import peak_memory
 
 __all__ = ["default_precisions", "run_bench"]
@@ -166,7 +166,7 @@ def run_bench(
 
     Args:
         model: a ``--model`` string (``"gpt"``, ``"convnet"``, ``"hf:gpt2"``, ``"timm:resnet18"``,
-            ``"package.module:factory"``; see :mod:`ampkit.model_spec`) or a :class:`Workload`.
+            ``"package.module:factory"``; see :mod:`ampkit.models.resolve`) or a :class:`Workload`.
         precisions: precisions to compare (aliases and ``auto`` accepted); fp32 is always
             added as the baseline. None: :func:`default_precisions` for the device.
         device: ``cpu``, ``cuda``, ``cuda:N``; None picks CUDA when available.
@@ -294,7 +294,7 @@ def _build_variant(
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     plan = None
     if policy.precision == "fp8":  # measured on the first batch (timed per layer on CUDA)
-        from ampkit.fp8.planning import fp8_plan
+        from ampkit.precision.fp8.planning import fp8_plan
 
         x, y = workload.batch(0)
         plan = fp8_plan(

@@ -4,7 +4,7 @@ A :class:`Workload` is a model, a deterministic batch for every step, a loss and
 throughput is counted in. Every variant of one benchmark trains its own deep copy of the
 same initial weights on the same batches, so losses are comparable step by step.
 
-``--model`` strings are resolved by :func:`ampkit.model_spec.build_model` (``gpt``, ``convnet``,
+``--model`` strings are resolved by :func:`ampkit.models.resolve.build_model` (``gpt``, ``convnet``,
 ``hf:<name>``, ``timm:<name>``, ``package.module:factory``); a factory may also return a
 :class:`Workload` for full control.
 """
@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from ampkit.errors import ConfigurationError
-from ampkit.model_spec import BuiltModel, ConvNet, convnet_model, gpt_model
-from ampkit.model_spec import build_model as _build_model
-from ampkit.model_spec import call_factory as _call_factory
-from ampkit.model_spec import from_factory_result as _from_factory_result
+from ampkit.models.resolve import BuiltModel, ConvNet, convnet_model, gpt_model
+from ampkit.models.resolve import build_model as _build_model
+from ampkit.models.resolve import call_factory as _call_factory
+from ampkit.models.resolve import from_factory_result as _from_factory_result
 
 __all__ = [
     "ConvNet",
@@ -102,7 +102,7 @@ class Workload:
 
 
 def workload_from_built(built: BuiltModel) -> Workload:
-    """The :class:`Workload` of a :class:`~ampkit.model_spec.BuiltModel`.
+    """The :class:`Workload` of a :class:`~ampkit.models.resolve.BuiltModel`.
 
     With a ``loss_fn`` its batches already are ``(inputs, targets)``; otherwise the model
     consumes the whole batch, which is passed as ``inputs`` (targets None).
@@ -164,7 +164,7 @@ def convnet_workload(batch_size: int = 32, image_size: int = 32, *, seed: int = 
 
 
 def load_workload(spec: str, batch_size: int | None = None) -> Workload:
-    """Resolve ``--model`` with :func:`ampkit.model_spec.build_model`; a factory may also
+    """Resolve ``--model`` with :func:`ampkit.models.resolve.build_model`; a factory may also
     return a :class:`Workload`, used as is.
 
     ``batch_size`` (None: the workload's default) is passed to a factory that takes a

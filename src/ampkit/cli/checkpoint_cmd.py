@@ -35,8 +35,8 @@ def export(run: str, out: str) -> None:
     process. Every file is verified against the manifest first; a damaged checkpoint is
     refused by name. Tied weights are stored once (safetensors.torch.load_model ties them).
     """
-    from ampkit.trainer.checkpoint_folder import load_weights, resolve_checkpoint
-    from ampkit.trainer.weights import save_weights
+    from ampkit.checkpoint.folder import load_weights, resolve_checkpoint
+    from ampkit.checkpoint.weights import save_weights
 
     path, skipped = resolve_checkpoint(run)
     for problem in skipped:

@@ -138,11 +138,11 @@ def doctor(**options: Any) -> None:
 
 def _low_precision_sections(model: Any, closure: Any, options: dict[str, Any]) -> None:
     """fp8: the per-layer plan; bf16-true: the lost-updates probe (after the report)."""
-    from ampkit.policy import FP8_RECIPES, PRECISION_ALIASES
+    from ampkit.precision.policy import FP8_RECIPES, PRECISION_ALIASES
 
     spelled = options["precision"].strip().lower()
     if PRECISION_ALIASES.get(spelled) == "fp8":
-        from ampkit.fp8.planning import fp8_plan
+        from ampkit.precision.fp8.planning import fp8_plan
 
         plan = fp8_plan(model, closure=closure, recipe=FP8_RECIPES[spelled])
         click.echo("\n" + plan.to_text())

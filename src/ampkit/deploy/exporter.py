@@ -43,7 +43,7 @@ from ampkit.deploy.signature import (
     resolve_signature,
 )
 from ampkit.errors import ConfigurationError, ExportError, ParityError
-from ampkit.policy import PRECISION_ALIASES
+from ampkit.precision.policy import PRECISION_ALIASES
 
 __all__ = ["export"]
 
@@ -295,7 +295,7 @@ def _program_bytes(
     dynamic_shapes: Any,
 ) -> tuple[bytes, int | None, dict[str, str]]:
     from ampkit.deploy.capture import capture
-    from ampkit.fp32_islands import keep_fp32
+    from ampkit.precision.islands import keep_fp32
 
     module: nn.Module = flat
     islands = None

@@ -62,8 +62,8 @@ def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], Path, dict[
         CheckpointError: nothing there, a checkpoint that fails verification, or a weights
             file that is not safetensors.
     """
-    from ampkit.trainer import checkpoint_folder
-    from ampkit.trainer.weights import read_weights_file
+    from ampkit.checkpoint import folder as checkpoint_folder
+    from ampkit.checkpoint.weights import read_weights_file
 
     source, summary = _weights_source(Path(path))
     if source.is_dir():
@@ -88,7 +88,7 @@ def load_gpt(checkpoint: str | Path | None, *, seed: int = 0) -> tuple[GPTLogits
     Raises:
         CheckpointError: as :func:`load_weights`, weights of another model, or no head count.
     """
-    from ampkit.gpt.model import GPT, GPTConfig
+    from ampkit.models.gpt import GPT, GPTConfig
 
     if checkpoint is None:
         torch.manual_seed(seed)
@@ -153,7 +153,7 @@ def fit(model: nn.Module, weights: dict[str, torch.Tensor], file: Path) -> None:
 
 def held_out_batches(count: int, batch_size: int, seq_len: int) -> list[torch.Tensor]:
     """``count`` batches of ``(batch_size, seq_len)`` byte tokens of held-out text."""
-    from ampkit.gpt.corpus import stdlib_corpus_bytes
+    from ampkit.models.corpus import stdlib_corpus_bytes
 
     data = stdlib_corpus_bytes(_TRAIN_BYTES + 400_000)[_TRAIN_BYTES:]
     tokens = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(torch.int64)
@@ -173,7 +173,7 @@ def load_factory(spec: str) -> tuple[nn.Module, Any]:
     """The model of ``--model`` and an example input for it.
 
     ``hf:<name>``, ``timm:<name>`` and the built-in names are built by
-    :func:`ampkit.model_spec.build_model` (the example is its first batch without the
+    :func:`ampkit.models.resolve.build_model` (the example is its first batch without the
     targets or ``labels``); ``package.module:factory`` (imported from the current folder) must
     return ``(model, example_inputs)``.
 
@@ -182,7 +182,7 @@ def load_factory(spec: str) -> tuple[nn.Module, Any]:
             the factory returned something else.
         MissingDependencyError: transformers/timm is needed and not installed.
     """
-    from ampkit.model_spec import build_model, call_factory
+    from ampkit.models.resolve import build_model, call_factory
 
     prefix = spec.partition(":")[0]
     if prefix in ("hf", "timm") or ":" not in spec:

@@ -32,11 +32,11 @@ from ampkit.doctor.isolation import preserved_state
 from ampkit.doctor.recorder import ModuleState, Recorder
 from ampkit.doctor.report import NumericsReport
 from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, PhaseRow
-from ampkit.doctor.stats import RangeStats, effective_loss_scale, format_limits
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
-from ampkit.formats import number_formats
-from ampkit.hardware import HardwareInfo
-from ampkit.policy import PRECISION_ALIASES, Precision, resolve_precision
+from ampkit.precision.formats import number_formats
+from ampkit.precision.hardware import HardwareInfo
+from ampkit.precision.policy import PRECISION_ALIASES, Precision, resolve_precision
+from ampkit.precision.stats import RangeStats, effective_loss_scale, format_limits
 
 __all__ = ["diagnose"]
 

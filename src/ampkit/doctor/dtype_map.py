@@ -17,7 +17,7 @@ from ampkit._text_table import text_table
 from ampkit._tree import floating_tensors
 from ampkit.doctor.hooks import observe
 from ampkit.doctor.rows import MapRow
-from ampkit.policy import Policy
+from ampkit.precision.policy import Policy
 
 __all__ = ["format_precision_map", "precision_map"]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ampkit.doctor.recorder import ModuleState
 from ampkit.doctor.rows import NumericsFinding, Recommendation
-from ampkit.doctor.stats import FormatLimits
+from ampkit.precision.stats import FormatLimits
 
 __all__ = ["Tolerances", "evaluate", "recommend"]
 

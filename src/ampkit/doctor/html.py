@@ -20,8 +20,8 @@ from typing import Any
 
 from ampkit.doctor.dtype_map import format_precision_map
 from ampkit.doctor.rows import ModuleRow, PhaseRow, ReportView
-from ampkit.doctor.stats import HIST_MIN_EXPONENT
 from ampkit.doctor.text import module_table
+from ampkit.precision.stats import HIST_MIN_EXPONENT
 
 __all__ = ["FORMAT_COLORS", "write_html"]
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ampkit.errors import ConfigurationError, DataError
-from ampkit.model_spec import build_model, call_factory, from_factory_result, gpt_model
+from ampkit.models.resolve import build_model, call_factory, from_factory_result, gpt_model
 
 __all__ = ["builtin_case", "load_case", "load_factory", "load_scale_history"]
 
@@ -34,7 +34,7 @@ def load_factory(spec: str) -> Case:
     """Import ``package.module:factory`` (current folder first), call it, and make a case.
 
     The factory returns ``(model, closure)`` (``closure()`` runs the forward pass and returns
-    the loss), or anything :func:`ampkit.model_spec.from_factory_result` accepts:
+    the loss), or anything :func:`ampkit.models.resolve.from_factory_result` accepts:
     ``(model, batch)``, ``(model, inputs, targets)`` or a ``BuiltModel``.
 
     Raises:
@@ -61,18 +61,18 @@ def load_factory(spec: str) -> Case:
         raise ConfigurationError(
             f"--model: {spec}() returned {seen}. It must return (model, closure): an "
             "nn.Module and a function that runs the forward pass and returns the loss; or "
-            "(model, batch), (model, inputs, targets), or an ampkit.model_spec.BuiltModel."
+            "(model, batch), (model, inputs, targets), or an ampkit.models.resolve.BuiltModel."
         ) from None
     return built.model, built.closure()
 
 
 def load_case(spec: str | None, *, seed: int = 0) -> Case:
     """The model and closure for ``--model``: None or ``gpt`` is the built-in GPT; ``hf:``,
-    ``timm:``, ``convnet`` are built by :func:`ampkit.model_spec.build_model` (seeded);
+    ``timm:``, ``convnet`` are built by :func:`ampkit.models.resolve.build_model` (seeded);
     anything else is a factory (:func:`load_factory`).
 
     Raises:
-        ConfigurationError: as :func:`ampkit.model_spec.build_model` and :func:`load_factory`.
+        ConfigurationError: as :func:`ampkit.models.resolve.build_model` and :func:`load_factory`.
         MissingDependencyError: ``hf:``/``timm:`` without the library installed.
     """
     if spec is None or spec == "gpt":

@@ -2,7 +2,7 @@
 
 :func:`probe_lost_updates` trains the model for a few steps in bf16-true (bf16 weights,
 AdamW), once per update compensation, measuring every step with
-:class:`~ampkit.bf16_true.CompensatedOptimizer`; the model's parameters, buffers and gradients
+:class:`~ampkit.precision.bf16_true.CompensatedOptimizer`; the model's parameters, buffers and gradients
 are restored afterwards.
 """
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ampkit.bf16_true.casting import to_bf16_true
-from ampkit.bf16_true.compensated import CompensatedOptimizer, check_compensation
-from ampkit.bf16_true.lost_updates import LOST_UPDATES_WARN_AT
 from ampkit.errors import ConfigurationError
+from ampkit.precision.bf16_true.casting import to_bf16_true
+from ampkit.precision.bf16_true.compensated import CompensatedOptimizer, check_compensation
+from ampkit.precision.bf16_true.lost_updates import LOST_UPDATES_WARN_AT
 
 __all__ = ["LostUpdatesReport", "probe_lost_updates"]
 

@@ -1,6 +1,6 @@
 """The observer behind :func:`ampkit.diagnose`: what each module did during the fp32 steps.
 
-Per module it keeps activation and gradient :class:`~ampkit.doctor.stats.RangeStats`, and per
+Per module it keeps activation and gradient :class:`~ampkit.precision.stats.RangeStats`, and per
 call the facts needed to tell where a problem *starts*: a module is an origin of overflow or
 inf/NaN when its own inputs were clean and its outputs were not (forward), or when the gradient
 of its outputs was clean and the gradients it produced (for its inputs and own parameters) were
@@ -25,7 +25,7 @@ from torch import nn
 from ampkit._tree import floating_tensors
 from ampkit.doctor.hooks import on_grad
 from ampkit.doctor.isolation import isolated_copy
-from ampkit.doctor.stats import FormatLimits, RangeStats
+from ampkit.precision.stats import FormatLimits, RangeStats
 
 __all__ = ["CallRecord", "ModuleState", "Recorder", "tensor_ranges"]
 

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol
 
 from ampkit._files import json_safe
-from ampkit.doctor.stats import HIST_MIN_EXPONENT, Fit
+from ampkit.precision.stats import HIST_MIN_EXPONENT, Fit
 
 __all__ = [
     "FindingKind",
@@ -109,7 +109,7 @@ class PhaseRow:
     Attributes:
         count, zeros, nonfinite: values seen, exact zeros, inf/NaN.
         max_abs, min_abs: largest and smallest non-zero finite magnitude.
-        fits: per format, how the values would fare (:class:`~ampkit.doctor.stats.Fit`).
+        fits: per format, how the values would fare (:class:`~ampkit.precision.stats.Fit`).
         hist: ``floor(log2|x|)`` histogram; bin ``i`` is exponent ``HIST_MIN_EXPONENT + i``.
     """
 

@@ -21,12 +21,12 @@ from ampkit._files import write_json
 from ampkit._process import launched_by_ampkit
 from ampkit.errors import ConfigurationError, StorageError
 from ampkit.gpt.config import TrainConfig
-from ampkit.gpt.corpus import ByteCorpus, CorpusWindows, load_corpus
-from ampkit.gpt.model import GPT, GPTConfig
 from ampkit.gpt.resume import override_lr, run_record
 from ampkit.gpt.run_folder import RunPlan, open_run_folder
-from ampkit.policy import Policy, resolve_precision
-from ampkit.scaler import LossScaler
+from ampkit.models.corpus import ByteCorpus, CorpusWindows, load_corpus
+from ampkit.models.gpt import GPT, GPTConfig
+from ampkit.precision.policy import Policy, resolve_precision
+from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, TrainerView
 from ampkit.trainer.distributed import Strategy, launched_world_size
 from ampkit.trainer.metrics import StepMetrics

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ampkit._lock import LOCK_NAME, FolderLock
+from ampkit.checkpoint import folder as folder
 from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, StorageError
 from ampkit.gpt.config import TrainConfig
 from ampkit.gpt.resume import check_resume_config
-from ampkit.trainer import checkpoint_folder as folder
 
 __all__ = ["OUTPUTS", "RunPlan", "earlier_outputs", "open_run_folder"]
 

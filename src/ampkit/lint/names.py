@@ -50,7 +50,7 @@ SCALER_APIS = frozenset(
         "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
         # ampkit's own scaler has the GradScaler protocol (scale/unscale_/step/update)
         "ampkit.LossScaler",
-        "ampkit.scaler.LossScaler",
+        "ampkit.precision.scaler.LossScaler",
     }
 )
 

@@ -3,9 +3,9 @@ DDP/FSDP2 under torchrun, callbacks and metrics.
 
 Modules: :mod:`~ampkit.trainer.trainer` (the loop), :mod:`~ampkit.trainer.state` (loop
 counters), :mod:`~ampkit.trainer.callbacks`, :mod:`~ampkit.trainer.checkpoint` (what a
-checkpoint holds) over :mod:`~ampkit.trainer.checkpoint_folder` (the atomic, verified folder
-format), :mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (loader and batch
-convention), :mod:`~ampkit.trainer.rng`, :mod:`~ampkit.trainer.metrics`.
+checkpoint holds) over :mod:`~ampkit.checkpoint.folder` (the atomic, verified folder
+format), :mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (the loader; the batch convention is
+:mod:`ampkit.precision.batches`), :mod:`~ampkit.trainer.metrics`.
 """
 
 from ampkit.trainer.callbacks import Callback as Callback

@@ -21,7 +21,7 @@ from ampkit.trainer.result import FitResult
 if TYPE_CHECKING:
     from torch import nn
 
-    from ampkit.engine import MixedPrecision, StepResult
+    from ampkit.precision.engine import MixedPrecision, StepResult
 
 __all__ = [
     "Callback",

@@ -1,7 +1,7 @@
 """What a Trainer checkpoint holds, and how it is taken from and put back into the training parts.
 
-The folder format (atomic write, manifest, verification) is :mod:`ampkit.trainer.checkpoint_folder`
-and the sharded writer/reader :mod:`ampkit.trainer.sharded`; this module decides the contents:
+The folder format (atomic write, manifest, verification) is :mod:`ampkit.checkpoint.folder`
+and the sharded writer/reader :mod:`ampkit.checkpoint.sharded`; this module decides the contents:
 
 * weights: the model's weights in fp32. ``full`` layout: the unwrapped model's full state dict
   (FSDP2: gathered to rank 0); ``sharded`` layout: each rank's shards, written by DCP;
@@ -28,13 +28,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ampkit.engine import MixedPrecision
+from ampkit.checkpoint import folder as folder
+from ampkit.checkpoint import sharded
+from ampkit.checkpoint.rng import get_rng_state, set_rng_state
 from ampkit.errors import CheckpointError, ConfigurationError
-from ampkit.trainer import checkpoint_folder as folder
-from ampkit.trainer import sharded
+from ampkit.precision.engine import MixedPrecision
 from ampkit.trainer.distributed import DistContext
 from ampkit.trainer.reshard import data_position, reshard_counters
-from ampkit.trainer.rng import get_rng_state, set_rng_state
 from ampkit.trainer.state import TrainerState
 
 __all__ = [
@@ -190,7 +190,7 @@ def _check_shapes(model: nn.Module, found: dict[str, tuple[int, ...]], path: Pat
 
 
 def _load_full(parts: TrainingParts, path: Path, manifest: dict, state: dict) -> None:
-    from ampkit.trainer.weights import read_weights_file
+    from ampkit.checkpoint.weights import read_weights_file
 
     saved_strategy = manifest.get("strategy", "replicated")
     strategy = "fsdp" if parts.sharded else "replicated"

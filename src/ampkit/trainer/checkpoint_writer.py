@@ -3,8 +3,8 @@
 Every method is collective under torchrun. ``full``: the parts are gathered
 (:func:`~ampkit.trainer.checkpoint.snapshot`) and rank 0 writes the folder. ``sharded``: rank 0
 makes the temporary folder, every rank writes its shards into it with
-``torch.distributed.checkpoint`` (:mod:`ampkit.trainer.sharded`), then rank 0 hashes the files,
-writes the manifest and ``COMPLETE`` and renames the folder (:mod:`ampkit.trainer.checkpoint_folder`).
+``torch.distributed.checkpoint`` (:mod:`ampkit.checkpoint.sharded`), then rank 0 hashes the files,
+writes the manifest and ``COMPLETE`` and renames the folder (:mod:`ampkit.checkpoint.folder`).
 When rank 0 fails, every rank raises, so no rank waits for a peer that gave up.
 """
 
@@ -18,11 +18,16 @@ from typing import Any, cast
 
 import torch.distributed as dist
 
+from ampkit.checkpoint import folder as folder
+from ampkit.checkpoint import sharded
+from ampkit.checkpoint.weights import (
+    disk_full_error,
+    find_aliases,
+    nonfinite_names,
+    refuse_nonfinite,
+)
 from ampkit.errors import CheckpointError, ConfigurationError
-from ampkit.trainer import checkpoint_folder as folder
-from ampkit.trainer import sharded
 from ampkit.trainer.checkpoint import TrainingParts, manifest_metadata, small_state, snapshot
-from ampkit.trainer.weights import disk_full_error, find_aliases, nonfinite_names, refuse_nonfinite
 
 __all__ = ["CheckpointWriter"]
 

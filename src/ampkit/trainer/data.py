@@ -1,4 +1,4 @@
-"""The Trainer's data path: a resumable, rank-aware loader, and how a batch becomes a loss.
+"""The Trainer's data path: a resumable, rank-aware loader.
 
 Loading
 -------
@@ -8,31 +8,21 @@ The sampler's order is a pure function of ``(seed, epoch)``; rank ``r`` of ``W``
 are exactly the samples a single process with a ``W`` times larger batch sees. Resuming
 starts the same order at the saved position without touching the skipped samples.
 
-The batch convention
---------------------
-* With ``loss_fn``: a batch is ``(inputs, targets)`` and the loss is
-  ``loss_fn(model(inputs), targets)``.
-* Without it, the model consumes the batch (``model(*batch)`` for a tuple or list,
-  ``model(**batch)`` for a dict, ``model(batch)`` otherwise) and returns its loss: a scalar
-  tensor, an object with ``.loss`` (Hugging Face style), a dict with ``"loss"``, or a tuple or
-  list whose first scalar tensor is the loss (``(logits, loss)`` and ``(loss, logits)`` both
-  work).
+The batch convention (how a batch becomes a loss) is :mod:`ampkit.precision.batches`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sized
-from typing import Any, cast
+from collections.abc import Iterator, Sized
+from typing import cast
 
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ampkit._tree import iter_tensors
 from ampkit.errors import ConfigurationError
 
-__all__ = ["ResumableSampler", "batch_loss", "batch_size_of", "build_loader", "loss_from_output"]
+__all__ = ["ResumableSampler", "build_loader"]
 
 
 class ResumableSampler(Sampler[int]):
@@ -125,60 +115,3 @@ def build_loader(
         pin_memory=on_cuda,
         generator=generator,
     )
-
-
-def loss_from_output(output: Any) -> torch.Tensor:
-    """Find the scalar loss in a model's output (see the module docstring).
-
-    Raises:
-        ConfigurationError: the output holds no scalar tensor to use as the loss.
-    """
-    if isinstance(output, torch.Tensor) and output.dim() == 0:
-        return output
-    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
-        return output["loss"]
-    if isinstance(getattr(output, "loss", None), torch.Tensor):
-        return output.loss
-    if isinstance(output, (tuple, list)):
-        for item in output:
-            if isinstance(item, torch.Tensor) and item.dim() == 0:
-                return item
-    raise ConfigurationError(
-        f"Trainer: the model returned {type(output).__name__}, which holds no scalar loss. "
-        "Return the loss (a scalar tensor, `.loss`, a dict 'loss', or a tuple holding it) "
-        "or pass loss_fn= and batches of (inputs, targets)."
-    )
-
-
-def batch_loss(
-    model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
-) -> torch.Tensor:
-    """The loss of one batch under the convention of the module docstring.
-
-    Raises:
-        ConfigurationError: ``loss_fn`` is given but the batch is not ``(inputs, targets)``,
-            or the model's output holds no loss.
-    """
-    if loss_fn is not None:
-        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
-            raise ConfigurationError(
-                "Trainer: with loss_fn, each batch must be (inputs, targets); got "
-                f"{type(batch).__name__}. Drop loss_fn if the model returns its loss."
-            )
-        inputs, targets = batch
-        return loss_fn(model(inputs), targets)
-    if isinstance(batch, dict):
-        return loss_from_output(model(**batch))
-    if isinstance(batch, (tuple, list)):
-        return loss_from_output(model(*batch))
-    return loss_from_output(model(batch))
-
-
-def batch_size_of(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor (1 if it holds none).
-
-    Works for ``(inputs, targets)`` tuples, dicts of tensors (Hugging Face style) and nested
-    containers alike.
-    """
-    first = next(iter_tensors(batch), None)
-    return int(first.shape[0]) if first is not None and first.dim() > 0 else 1

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ampkit.errors import ConfigurationError
-from ampkit.policy import Policy
+from ampkit.precision.policy import Policy
 
 __all__ = [
     "STRATEGIES",

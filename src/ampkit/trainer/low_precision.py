@@ -12,8 +12,8 @@ import torch.distributed as dist
 from torch import nn
 
 from ampkit._tree import to_device
-from ampkit.engine import MixedPrecision
 from ampkit.errors import ConfigurationError, PrecisionWarning
+from ampkit.precision.engine import MixedPrecision
 from ampkit.trainer.distributed import DistContext
 from ampkit.trainer.metrics import StepMetrics
 
@@ -50,7 +50,7 @@ def keep_islands_fp32(mp: MixedPrecision, model: nn.Module, islands: tuple[str, 
     """bf16-true: modules the user runs in fp32 (``keep_fp32`` islands) keep fp32 parameters
     too, on top of ``bf16_true_keep_fp32`` (or its defaults); an island of bf16 weights would
     meet fp32 inputs."""
-    from ampkit.bf16_true.casting import default_keep_fp32
+    from ampkit.precision.bf16_true.casting import default_keep_fp32
 
     keep = mp.bf16_true_keep_fp32
     base = default_keep_fp32(model) if keep is None else list(keep)
@@ -90,7 +90,7 @@ def plan_fp8(
     (tensorwise only). Layers inside ``keep_fp32`` islands are left out of the plan (their
     hooks live on the original modules). Returns a note for the run summary.
     """
-    from ampkit.fp8.planning import fp8_plan
+    from ampkit.precision.fp8.planning import fp8_plan
 
     mp.fp8_fsdp_all_gather = (
         strategy == "fsdp" and ctx.distributed and mp.policy.fp8_recipe == "tensorwise"

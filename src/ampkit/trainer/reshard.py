@@ -16,11 +16,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ampkit.checkpoint.rng import reseed, set_rng_state
 from ampkit.errors import CheckpointError
-from ampkit.trainer.rng import reseed, set_rng_state
 
 if TYPE_CHECKING:
-    from ampkit.engine import MixedPrecision
+    from ampkit.precision.engine import MixedPrecision
     from ampkit.trainer.state import TrainerState
 
 __all__ = ["data_position", "reshard_counters"]

@@ -16,7 +16,7 @@
             fp32/bf16: a non-finite loss at a logged or checkpoint step stops training
     [on_fit_end] (or [on_exception] when it raised); [close]; destroy the process group
 
-Batch convention: see :mod:`ampkit.trainer.data`.
+Batch convention: see :mod:`ampkit.precision.batches`.
 """
 
 from __future__ import annotations
@@ -34,14 +34,16 @@ import torch.distributed as dist
 from torch import nn
 
 from ampkit._tree import to_device
-from ampkit.engine import MixedPrecision, StepResult
+from ampkit.checkpoint.weights import save_weights
 from ampkit.errors import (
     ConfigurationError,
     NonFiniteTrainingError,
     StorageError,
 )
-from ampkit.policy import Policy, resolve_device
-from ampkit.scaler import LossScaler
+from ampkit.precision.batches import batch_loss, batch_size_of
+from ampkit.precision.engine import MixedPrecision, StepResult
+from ampkit.precision.policy import Policy, resolve_device
+from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.arguments import check_arguments
 from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
 from ampkit.trainer.checkpoint import (
@@ -51,7 +53,7 @@ from ampkit.trainer.checkpoint import (
     restore,
 )
 from ampkit.trainer.checkpoint_writer import CheckpointWriter
-from ampkit.trainer.data import batch_loss, batch_size_of, build_loader
+from ampkit.trainer.data import build_loader
 from ampkit.trainer.distributed import (
     DistContext,
     Strategy,
@@ -68,7 +70,6 @@ from ampkit.trainer.low_precision import (
 from ampkit.trainer.metrics import Throughput, peak_memory, reset_peak_memory
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
-from ampkit.trainer.weights import save_weights
 
 __all__ = ["FitResult", "Trainer"]
 
@@ -117,7 +118,7 @@ class Trainer:
         log_every: steps between logged metrics (one GPU sync each).
         metrics_file: write logged metrics here as JSON lines (rank 0).
         keep_fp32: module names or types to run in fp32 inside autocast
-            (:func:`ampkit.fp32_islands`, e.g. ``ampkit doctor``'s recommendation).
+            (:func:`ampkit.precision.islands`, e.g. ``ampkit doctor``'s recommendation).
         final_weights: write the final weights here in fp32 safetensors (rank 0; gathered
             from the shards under FSDP2).
         tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
@@ -135,13 +136,13 @@ class Trainer:
             and in the first metrics row after the resume (``precision_change``).
         run_config: the run's settings (JSON-ready), recorded as ``config`` in every
             checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
-        fp8_plan: fp8 only: the :class:`~ampkit.fp8.Fp8Plan` to apply; None plans from the
+        fp8_plan: fp8 only: the :class:`~ampkit.precision.fp8.Fp8Plan` to apply; None plans from the
             first batch of ``fit``'s data (measured on CUDA; rank 0's plan is used by all).
             Under FSDP2 with the tensorwise recipe, weights are all-gathered in fp8 and their
             scales precomputed after each optimizer step.
         update_compensation, bf16_true_keep_fp32: bf16-true only, as
             :class:`~ampkit.MixedPrecision`. The logged metrics then carry ``lost_updates``,
-            and a share above ``ampkit.bf16_true.LOST_UPDATES_WARN_AT`` warns once.
+            and a share above ``ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT`` warns once.
 
     ``fit`` stops with :class:`~ampkit.NonFiniteTrainingError` when the fp32/bf16 training
     loss is inf/NaN at a logged step or a checkpoint step (the weights are then no longer
@@ -262,7 +263,7 @@ class Trainer:
         self.run_config = dict(run_config) if run_config is not None else None
         self.fp32_islands = None
         if keep_fp32:  # validated now, before any step; the hooks live as long as the model
-            from ampkit.fp32_islands import keep_fp32 as make_islands
+            from ampkit.precision.islands import keep_fp32 as make_islands
 
             self.fp32_islands = make_islands(model, keep_fp32)
         self.state = TrainerState()
@@ -499,7 +500,7 @@ class Trainer:
             if not result.window_done:
                 continue
             if result.stepped and self.mp.fp8_fsdp_all_gather:
-                from ampkit.fp8.convert import precompute_fsdp_scales
+                from ampkit.precision.fp8.convert import precompute_fsdp_scales
 
                 precompute_fsdp_scales(self.model)
             self.state.step += 1

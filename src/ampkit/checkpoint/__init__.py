@@ -1,0 +1,12 @@
+"""The on-disk checkpoint format every ampkit tool reads and writes.
+
+* :mod:`~ampkit.checkpoint.folder`: a ``step-NNNNNNNN`` folder written atomically (temporary
+  folder, fsync, ``os.replace``), its manifest with a SHA-256 per file, verification, lookup
+  and pruning;
+* :mod:`~ampkit.checkpoint.weights`: fp32 safetensors weights (ties kept, non-finite refused);
+* :mod:`~ampkit.checkpoint.sharded`: sharded (``torch.distributed.checkpoint``) contents;
+* :mod:`~ampkit.checkpoint.rng`: the random-number-generator states of a process.
+
+What a Trainer checkpoint holds, and how it is taken from and put back into a run, is the
+Trainer's business (:mod:`ampkit.trainer.checkpoint`); the format here knows no Trainer.
+"""

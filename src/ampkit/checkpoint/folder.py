@@ -1,0 +1,491 @@
+"""Atomic, verified checkpoint folders: the on-disk format of a Trainer checkpoint.
+
+A checkpoint is a folder ``step-00000100/`` in one of two layouts:
+
+* ``full``: ``model.safetensors`` (the model's weights in fp32; loading runs no code) and
+  ``state.pt`` (optimizer, scheduler, loss-scaler, trainer and data state, RNG states);
+* ``sharded``: ``dcp/`` (model and optimizer written by ``torch.distributed.checkpoint``,
+  each rank its own shards: ``dcp/.metadata`` and ``dcp/__<rank>_<n>.distcp``) and
+  ``state.pt`` (everything else);
+
+plus, in both, ``manifest.json`` (format version, layout, step, world size, data position,
+tied-weight aliases, and a SHA-256 and size per file) and ``COMPLETE``, written last; a folder
+without it is never picked up. ``state.pt`` is loaded with ``torch.load(weights_only=True)``.
+
+Writing is atomic, with one or many writers: rank 0 makes ``step-00000100.tmp-<pid>/``
+(:func:`begin_checkpoint`), every writer puts its files there, then rank 0 hashes them, writes
+the manifest and ``COMPLETE``, fsyncs and renames the folder into place with ``os.replace``
+and fsyncs the parent (:func:`commit_checkpoint`). A process killed at any moment leaves either
+the complete checkpoint or an ignored temporary folder; a save that fails (disk full, weights
+that are not finite, tied tensors) removes its temporary folder. Loading verifies the manifest's
+shape, that it lists exactly the files its layout requires, and every file's size and SHA-256,
+so a malformed manifest or a truncated, appended-to, swapped or bit-flipped file is refused
+with an error that names it. This module is the one place that knows manifests and markers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ampkit._files import atomic_write, fsync_dir
+from ampkit.checkpoint.weights import (
+    disk_full_error,
+    nonfinite_names,
+    read_weights_file,
+    refuse_nonfinite,
+    weights_bytes,
+)
+from ampkit.errors import CheckpointError
+
+__all__ = [
+    "LAYOUTS",
+    "SHARDS",
+    "CheckpointInfo",
+    "abort_checkpoint",
+    "begin_checkpoint",
+    "commit_checkpoint",
+    "find_checkpoints",
+    "latest_valid_checkpoint",
+    "load_checkpoint",
+    "load_state",
+    "load_weights",
+    "prune_checkpoints",
+    "resolve_checkpoint",
+    "save_checkpoint",
+    "serialise_state",
+    "verify_checkpoint",
+]
+
+FORMAT_VERSION = 2
+#: Manifest formats this version reads (1: before layouts and aliases; always ``full``).
+_READABLE = (1, 2)
+#: The checkpoint layouts: full (gathered) weights, or DCP shards written by every rank.
+LAYOUTS = ("full", "sharded")
+#: The folder of a sharded checkpoint that ``torch.distributed.checkpoint`` writes into.
+SHARDS = "dcp"
+_NAME = re.compile(r"^step-(\d{8,})$")
+_SHARD_FILE = re.compile(rf"^{SHARDS}/(\.metadata|__\d+_\d+\.distcp)$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_WEIGHTS, _STATE, _MANIFEST, _MARKER = "model.safetensors", "state.pt", "manifest.json", "COMPLETE"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A complete checkpoint folder found on disk (not yet verified)."""
+
+    path: Path
+    step: int
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def serialise_state(state: dict[str, Any]) -> bytes:
+    """``state`` as the bytes of ``state.pt`` (``torch.save``)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+# -- writing -------------------------------------------------------------------------------------
+
+
+def begin_checkpoint(folder: str | Path, step: int) -> Path:
+    """Make the empty temporary folder the checkpoint of ``step`` is written into (rank 0).
+
+    Raises:
+        CheckpointError: a valid checkpoint of this step already exists (it is never
+            overwritten; a damaged one is renamed to ``step-N.corrupt-<time>`` and kept).
+    """
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:08d}"
+    if final.exists():
+        try:
+            verify_checkpoint(final)
+        except CheckpointError:
+            # A damaged checkpoint that resume skipped: keep it for inspection, out of the way.
+            final.rename(root / f"{final.name}.corrupt-{int(time.time())}")
+        else:
+            raise CheckpointError(
+                f"save_checkpoint: {final} already exists; ampkit never overwrites a checkpoint. "
+                "Resume from it (resume='auto') or write to another checkpoint folder."
+            )
+    tmp = root / f"{final.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def abort_checkpoint(tmp: str | Path) -> None:
+    """Remove a temporary checkpoint folder after a failed write."""
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _files_under(folder: Path) -> list[str]:
+    return sorted(
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.name not in (_MANIFEST, _MARKER)
+    )
+
+
+def commit_checkpoint(
+    tmp: str | Path,
+    step: int,
+    state: dict[str, Any] | bytes,
+    metadata: dict[str, Any] | None = None,
+    *,
+    layout: str = "full",
+) -> Path:
+    """Finish a checkpoint whose weights are already in ``tmp`` (rank 0, after every writer
+    is done): write ``state.pt``, hash every file, write the manifest and ``COMPLETE``, fsync
+    and rename the folder into place. On any failure the temporary folder is removed.
+
+    Raises:
+        StorageError: the disk is full.
+        CheckpointError: the files in ``tmp`` are not those ``layout`` requires.
+    """
+    tmp = Path(tmp)
+    final = tmp.parent / tmp.name.rsplit(".tmp-", 1)[0]
+    try:
+        atomic_write(tmp / _STATE, state if isinstance(state, bytes) else serialise_state(state))
+        manifest: dict[str, Any] = {"format": FORMAT_VERSION, "step": step, "layout": layout}
+        manifest.update(metadata or {})
+        manifest["files"] = {
+            name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
+            for name in _files_under(tmp)
+        }
+        problem = _layout_problem(manifest["files"], layout)
+        if problem:
+            raise CheckpointError(f"checkpoint: {tmp} {problem}; nothing was kept of it.")
+        atomic_write(tmp / _MANIFEST, json.dumps(manifest, indent=2).encode())
+        atomic_write(tmp / _MARKER, f"{step}\n".encode())
+        for sub in [tmp, *(p for p in tmp.iterdir() if p.is_dir())]:
+            fsync_dir(sub)
+        os.replace(tmp, final)
+    except BaseException as exc:
+        abort_checkpoint(tmp)
+        if isinstance(exc, OSError):
+            raise (disk_full_error(exc, tmp) or exc) from exc
+        raise
+    fsync_dir(final.parent)
+    return final
+
+
+def save_checkpoint(
+    folder: str | Path,
+    step: int,
+    weights: dict[str, torch.Tensor],
+    state: dict[str, Any],
+    metadata: dict[str, Any] | None = None,
+) -> Path:
+    """Write the full-layout checkpoint of ``step`` atomically under ``folder``; return its path.
+
+    Args:
+        folder: the checkpoints folder (created if missing).
+        step: optimizer steps done; names the checkpoint ``step-<8 digits>``.
+        weights: model weights; stored as fp32 safetensors, tied tensors once (the aliases go
+            into the manifest and are tied again on load).
+        state: everything else (tensors, numbers, strings, lists, dicts only).
+        metadata: extra JSON-ready facts for the manifest (precision, world size, ...).
+
+    Raises:
+        NonFiniteWeightsError: a weight holds inf/NaN; nothing is written.
+        CheckpointError: a valid checkpoint of this step already exists (it is never
+            overwritten; a damaged one is renamed to ``step-N.corrupt-<time>`` and kept).
+        StorageError: the disk is full (the temporary folder is removed).
+    """
+    refuse_nonfinite(nonfinite_names(weights), Path(folder) / f"step-{step:08d}")
+    data, aliases = weights_bytes(weights)
+    state_bytes = serialise_state(state)
+    tmp = begin_checkpoint(folder, step)
+    try:
+        atomic_write(tmp / _WEIGHTS, data)
+    except BaseException as exc:
+        abort_checkpoint(tmp)
+        if isinstance(exc, OSError):
+            raise (disk_full_error(exc, tmp) or exc) from exc
+        raise
+    extra = {**(metadata or {}), **({"aliases": aliases} if aliases else {})}
+    return commit_checkpoint(tmp, step, state_bytes, extra, layout="full")
+
+
+# -- finding and verifying -----------------------------------------------------------------------
+
+
+def find_checkpoints(folder: str | Path) -> list[CheckpointInfo]:
+    """Complete checkpoints under ``folder``, oldest first (temporary folders are ignored)."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        match = _NAME.match(child.name)
+        if match and child.is_dir() and (child / _MARKER).is_file():
+            found.append(CheckpointInfo(path=child, step=int(match.group(1))))
+    return sorted(found, key=lambda info: info.step)
+
+
+def _layout_problem(files: Mapping[str, Any], layout: str) -> str | None:
+    names = set(files)
+    if layout == "full":
+        if names != {_WEIGHTS, _STATE}:
+            return f"lists {sorted(names)} but a full checkpoint holds exactly {[_WEIGHTS, _STATE]}"
+        return None
+    shards = {n for n in names if _SHARD_FILE.match(n)}
+    if names - shards != {_STATE} or f"{SHARDS}/.metadata" not in shards or len(shards) < 2:
+        return (
+            f"lists {sorted(names)} but a sharded checkpoint holds exactly {_STATE}, "
+            f"{SHARDS}/.metadata and the {SHARDS}/__<rank>_<n>.distcp files"
+        )
+    return None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _manifest_problem(manifest: Any, folder: Path) -> str | None:
+    """What is wrong with the shape of a manifest, or None."""
+    if not isinstance(manifest, dict):
+        return f"is a JSON {type(manifest).__name__}, not an object"
+    if manifest.get("format") not in _READABLE:
+        return f"has format {manifest.get('format')!r}; this ampkit reads {list(_READABLE)}"
+    step = manifest.get("step")
+    match = _NAME.match(folder.name)
+    if not _is_count(step) or (match and int(match.group(1)) != step):
+        return f"has step {step!r}, which does not match the folder name {folder.name}"
+    layout = manifest.get("layout", "full")
+    if layout not in LAYOUTS:
+        return f"has layout {layout!r}; it must be one of {list(LAYOUTS)}"
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        return f"has files={type(files).__name__}, not an object of name -> sha256 and bytes"
+    for name, entry in files.items():
+        if not isinstance(entry, dict) or not _is_count(entry.get("bytes")):
+            return f"has no valid byte count for {name!r}"
+        if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
+            return f"has no valid SHA-256 for {name!r}"
+    aliases = manifest.get("aliases", {})
+    if not isinstance(aliases, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()
+    ):
+        return "has aliases that are not an object of name -> name"
+    return _layout_problem(files, layout)
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Check a checkpoint folder against its manifest; return the manifest.
+
+    Raises:
+        CheckpointError: the folder, marker or a file is missing; the manifest is malformed
+            (not an object, wrong types, a file list other than its layout requires); or a
+            file's size or SHA-256 differs from the manifest (truncated, appended to, swapped
+            or corrupted); the message names the file.
+    """
+    folder = Path(path)
+    if folder.is_file():
+        raise CheckpointError(
+            f"checkpoint: {folder} is a file, not a checkpoint folder. Pass a step-NNNNNNNN "
+            "folder written by ampkit (e.g. ckpt/step-00000500)."
+        )
+    if not folder.is_dir():
+        raise CheckpointError(
+            f"checkpoint: {folder} does not exist. Pass a step-NNNNNNNN folder written by "
+            "ampkit (e.g. ckpt/step-00000500)."
+        )
+    if not (folder / _MARKER).is_file():
+        raise CheckpointError(
+            f"checkpoint: {folder} has no {_MARKER} marker, so it was not completely written. "
+            "Resume from an earlier checkpoint."
+        )
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint: {folder / _MANIFEST} is missing or unreadable ({exc}). "
+            "Resume from an earlier checkpoint."
+        ) from None
+    problem = _manifest_problem(manifest, folder)
+    if problem:
+        raise CheckpointError(
+            f"checkpoint: {folder / _MANIFEST} is damaged: it {problem}. "
+            "Resume from another checkpoint."
+        )
+    if manifest.get("layout") == "sharded":
+        on_disk = {f"{SHARDS}/{name}" for name in _files_under(folder / SHARDS)}
+        unlisted = sorted(on_disk - set(manifest["files"]))
+        if unlisted:
+            raise CheckpointError(
+                f"checkpoint: {folder / unlisted[0]} is not in the manifest, so it cannot be "
+                "verified. Resume from another checkpoint."
+            )
+    for name, expected in manifest["files"].items():
+        file = folder / name
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint: {file} is missing. Resume from another checkpoint.")
+        size = file.stat().st_size
+        if size != expected["bytes"] or _sha256(file) != expected["sha256"]:
+            raise CheckpointError(
+                f"checkpoint: {file} is corrupt ({size} bytes, expected {expected['bytes']}, "
+                "SHA-256 differs from the manifest: truncated, appended to or bit-flipped). "
+                "Resume from another checkpoint."
+            )
+    return manifest
+
+
+# -- loading -------------------------------------------------------------------------------------
+
+
+def _unsafe_content(exc: BaseException) -> str:
+    match = re.search(r"GLOBAL (\S+) was not an allowed global", str(exc))
+    return f"it refers to {match.group(1)}" if match else "it is not plain tensors and containers"
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    """``state.pt`` of a verified checkpoint, loaded without running stored code.
+
+    Raises:
+        CheckpointError: it holds anything but tensors, numbers, strings and containers.
+    """
+    file = Path(path) / _STATE
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError/RuntimeError variants here
+        # torch's message suggests weights_only=False; ampkit never loads that way
+        raise CheckpointError(
+            f"checkpoint: {file} could not be loaded safely ({_unsafe_content(exc)}); ampkit "
+            "loads checkpoints as plain data and never runs code stored in them. It was not "
+            "written by ampkit or was altered; resume from another checkpoint."
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"checkpoint: {file} holds a {type(state).__name__}, not the state of a run. "
+            "Resume from another checkpoint."
+        )
+    return state
+
+
+def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict]:
+    """Verify and load a full-layout checkpoint: ``(fp32 weights, state, manifest)``, tied
+    weights tied again (both names hold the same tensor). Runs no stored code.
+
+    Raises:
+        CheckpointError: as :func:`verify_checkpoint`, the state cannot be read safely, or
+            the checkpoint is sharded (use :func:`load_weights` and :func:`load_state`).
+    """
+    folder = Path(path)
+    manifest = verify_checkpoint(folder)
+    if manifest.get("layout", "full") != "full":
+        raise CheckpointError(
+            f"checkpoint: {folder} is sharded (written by torch.distributed.checkpoint); it "
+            "has no single weights file. Resume it with the Trainer, or consolidate it with "
+            "`ampkit checkpoint export`."
+        )
+    weights = read_weights_file(folder / _WEIGHTS, manifest.get("aliases", {}))
+    return weights, load_state(folder), manifest
+
+
+def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Verify a checkpoint of either layout and return its full fp32 model weights and the
+    tied-weight aliases, without a process group (a sharded one is consolidated here).
+
+    Raises:
+        CheckpointError: as :func:`verify_checkpoint`.
+    """
+    folder = Path(path)
+    manifest = verify_checkpoint(folder)
+    aliases = manifest.get("aliases", {})
+    if manifest.get("layout", "full") == "full":
+        return read_weights_file(folder / _WEIGHTS, aliases), aliases
+    from ampkit.checkpoint.sharded import read_model_weights
+
+    weights = read_model_weights(folder / SHARDS)
+    return {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}, aliases
+
+
+def latest_valid_checkpoint(
+    folder: str | Path,
+) -> tuple[CheckpointInfo | None, list[CheckpointError]]:
+    """The newest checkpoint that verifies, and the errors of newer ones that did not."""
+    problems: list[CheckpointError] = []
+    for info in reversed(find_checkpoints(folder)):
+        try:
+            verify_checkpoint(info.path)
+        except CheckpointError as exc:
+            problems.append(exc)
+        else:
+            return info, problems
+    return None, problems
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[Path, list[CheckpointError]]:
+    """The checkpoint folder ``path`` names: a ``step-N`` folder itself, else the newest valid
+    checkpoint in ``path`` (a checkpoints folder) or in ``path/checkpoints`` (a run folder);
+    with the errors of newer damaged ones it skipped.
+
+    Raises:
+        CheckpointError: nothing there, or no valid checkpoint in it (the newest problem is
+            named).
+    """
+    given = Path(path)
+    named = _NAME.match(given.name) is not None
+    if given.is_dir() and (named or (given / _MANIFEST).exists() or (given / _MARKER).exists()):
+        verify_checkpoint(given)
+        return given, []
+    if not given.is_dir():
+        verify_checkpoint(given)  # raises: missing, or a file
+    for root in (given, given / "checkpoints"):
+        if find_checkpoints(root):
+            info, problems = latest_valid_checkpoint(root)
+            if info is None:
+                raise CheckpointError(
+                    f"checkpoint: no valid checkpoint in {root}; the newest is damaged: "
+                    f"{problems[0]}"
+                )
+            return info.path, problems
+    raise CheckpointError(
+        f"checkpoint: {given} holds no checkpoint. Pass a run folder (with checkpoints/), a "
+        "checkpoints folder or a step-NNNNNNNN folder."
+    )
+
+
+def prune_checkpoints(folder: str | Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest ``keep_last`` complete checkpoints, and stale temporaries.
+
+    Returns the deleted folders. Temporary ``*.tmp-<pid>`` folders of other (dead) writers
+    are removed too; this process's own, which an asynchronous write may still be filling,
+    are kept.
+    """
+    if keep_last < 1:
+        raise CheckpointError(f"keep_last: {keep_last} is invalid. Keep at least 1 checkpoint.")
+    root = Path(folder)
+    removed = []
+    for info in find_checkpoints(root)[:-keep_last]:
+        shutil.rmtree(info.path)
+        removed.append(info.path)
+    for child in root.glob("step-*.tmp-*") if root.is_dir() else []:
+        if child.name.endswith(f".tmp-{os.getpid()}"):
+            continue
+        shutil.rmtree(child, ignore_errors=True)
+        removed.append(child)
+    return removed

@@ -1,0 +1,265 @@
+"""Sharded checkpoints with ``torch.distributed.checkpoint`` (DCP): writer, reader, export.
+
+Every rank writes its own shards of the model and optimizer state into one folder (no rank-0
+gather), synchronously (:func:`save`) or in a background thread while training goes on
+(:func:`async_save`). Loading (:func:`load_into`) reads each rank's part for the *current*
+sharding, so a checkpoint written by 2 processes loads into 1 or 4 (DCP resharding), and a
+checkpoint of a plain model loads into an FSDP2-sharded one and back. :func:`read_model_weights`
+consolidates the model's weights offline, without a process group.
+
+This module knows DCP only; the folder it writes into, the manifest over DCP's files and the
+atomic rename are :mod:`ampkit.checkpoint.folder`'s.
+
+Safety: DCP stores its index (``.metadata``) with ``pickle`` and small non-tensor values with
+``torch.save``, and loads both with code execution allowed. The reader here unpickles the index
+with an allow-list of DCP's own metadata classes and loads the values with
+``torch.load(weights_only=True)``, so a sharded checkpoint, like a full one, runs no stored code.
+
+Versions: the public ``torch.distributed.checkpoint`` API of torch >= 2.5 (``save``, ``load``,
+``async_save``, ``FileSystemReader``/``FileSystemWriter``, ``DefaultLoadPlanner``,
+``state_dict.get_state_dict``/``set_state_dict``); ``no_dist`` is passed only where the
+installed torch has it (older versions infer it from a missing process group).
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import pickle
+import re
+import warnings
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ampkit.errors import CheckpointError
+
+__all__ = [
+    "MODEL",
+    "OPTIMIZER",
+    "async_save",
+    "checkpoint_shapes",
+    "dcp_failure",
+    "load_into",
+    "read_model_weights",
+    "save",
+    "state_dicts",
+]
+
+#: The top-level keys of the state DCP writes (the flattened keys start with these).
+MODEL, OPTIMIZER = "model", "optimizer"
+
+# The single-process note DCP warns with when no process group exists; that case is intended.
+_NO_GROUP = r"torch\.distributed is disabled, unavailable or uninitialized"
+
+
+def state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """``{"model": ..., "optimizer": ...}`` as this rank holds them: DTensor shards under FSDP2,
+    plain tensors otherwise; optimizer state keyed by parameter names, so it reshards.
+    Initialises an optimizer that has not stepped yet (a zero-learning-rate step)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {MODEL: model_state, OPTIMIZER: optim_state}
+
+
+def _group_kwargs(function: Callable[..., Any], process_group: Any) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if process_group is not None:
+        kwargs["process_group"] = process_group
+    elif not (dist.is_available() and dist.is_initialized()):
+        if "no_dist" in inspect.signature(function).parameters:
+            kwargs["no_dist"] = True
+    return kwargs
+
+
+def save(state: dict[str, Any], folder: str | Path, *, process_group: Any = None) -> None:
+    """Write ``state`` into ``folder``: each rank its shards, rank 0 the index last; every file
+    is fsynced. Collective over ``process_group`` (the default group when initialised)."""
+    import torch.distributed.checkpoint as dcp
+
+    writer = dcp.FileSystemWriter(str(folder), sync_files=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NO_GROUP)
+        dcp.save(state, storage_writer=writer, **_group_kwargs(dcp.save, process_group))
+
+
+def async_save(state: dict[str, Any], folder: str | Path, *, process_group: Any = None) -> Future:
+    """Copy ``state`` to host memory now and write it into ``folder`` in a background thread;
+    the returned future completes when every rank's files and the index are written.
+
+    Pass a process group of its own (gloo) when training runs collectives meanwhile: the
+    background thread's collectives must not interleave with the training step's.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    writer = dcp.FileSystemWriter(str(folder), sync_files=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NO_GROUP)
+        response = dcp.async_save(
+            state, storage_writer=writer, **_group_kwargs(dcp.async_save, process_group)
+        )
+    # torch >= 2.8 may wrap the future in an AsyncSaveResponse
+    return cast(Future, getattr(response, "upload_completion", response))
+
+
+# -- reading without running stored code ---------------------------------------------------------
+
+_DCP = "torch.distributed.checkpoint."
+_PATHS = {"PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"}
+
+
+class _IndexUnpickler(pickle.Unpickler):
+    """Unpickles DCP's ``.metadata``: its own metadata classes, sizes, dtypes and paths only."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == f"{_DCP}metadata" or (module.startswith(_DCP) and name == "_StorageInfo"):
+            value = super().find_class(module, name)
+            if isinstance(value, type) and value.__module__ == module:
+                return value
+        elif module == "torch" and name == "Size":
+            return torch.Size
+        elif module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        elif module == "torch.serialization" and name == "_get_layout":
+            return super().find_class(module, name)  # maps a layout's name to torch.layout
+        elif module == "pathlib" and name in _PATHS:
+            return super().find_class(module, name)
+        elif module == "collections" and name == "OrderedDict":
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a DCP index")
+
+
+def _reader(folder: str | Path) -> Any:
+    """A ``FileSystemReader`` whose index is unpickled with the allow-list above."""
+    import torch.distributed.checkpoint as dcp
+
+    class SafeReader(dcp.FileSystemReader):
+        def read_metadata(self, *args: Any, **kwargs: Any) -> Any:
+            path = Path(str(self.path)) / ".metadata"
+            with open(path, "rb") as f:
+                metadata = _IndexUnpickler(f).load()
+            if hasattr(metadata, "storage_meta"):
+                from torch.distributed.checkpoint.metadata import StorageMeta
+
+                if metadata.storage_meta is None:
+                    metadata.storage_meta = StorageMeta()
+                metadata.storage_meta.load_id = getattr(self, "load_id", None)
+            return metadata
+
+    return SafeReader(str(folder))
+
+
+def _planner() -> Any:
+    """DCP's default load planner, refusing non-tensor values that need code to load."""
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+
+    class SafePlanner(DefaultLoadPlanner):
+        def load_bytes(self, read_item: Any, value: io.BytesIO) -> None:
+            # DCP unpickles these without restriction; load them as plain data first (raises
+            # on anything else), then hand over bytes now known to hold plain data only.
+            torch.load(value, weights_only=True)
+            value.seek(0)
+            super().load_bytes(read_item, value)
+
+    return SafePlanner()
+
+
+def _index(folder: str | Path) -> Any:
+    try:
+        return _reader(folder).read_metadata()
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint: {Path(folder) / '.metadata'} is not a readable DCP index ({exc}). "
+            "Resume from another checkpoint."
+        ) from None
+
+
+def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
+    """The global shape of every model tensor in a sharded checkpoint (from its index)."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    prefix = f"{MODEL}."
+    return {
+        key[len(prefix) :]: tuple(meta.size)
+        for key, meta in _index(folder).state_dict_metadata.items()
+        if key.startswith(prefix) and isinstance(meta, TensorStorageMetadata)
+    }
+
+
+def dcp_failure(exc: BaseException) -> BaseException | None:
+    """The first rank's error when ``exc`` is DCP's ``CheckpointException`` (which derives
+    from ``BaseException`` and is raised on every rank); None for any other error."""
+    from torch.distributed.checkpoint import CheckpointException
+
+    if not isinstance(exc, CheckpointException):
+        return None
+    for failure in exc.failures.values():
+        error = failure[0] if isinstance(failure, tuple) and failure else failure
+        if isinstance(error, BaseException):
+            return error
+    return exc
+
+
+def _load(state: dict[str, Any], folder: str | Path) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_NO_GROUP)
+            dcp.load(
+                state,
+                storage_reader=_reader(folder),
+                planner=_planner(),
+                **_group_kwargs(dcp.load, None),
+            )
+    except dcp.CheckpointException as exc:  # a BaseException: every rank gets it
+        error = dcp_failure(exc) or exc
+        raise CheckpointError(
+            f"checkpoint: {folder} could not be read safely ({_describe(error)}); "
+            "ampkit never runs code stored in a checkpoint. It was not written by ampkit or "
+            "was altered; resume from another checkpoint."
+        ) from None
+
+
+def _describe(error: BaseException) -> str:
+    # never pass on torch's advice to load with weights_only=False
+    text = str(error)
+    unsafe = re.search(r"GLOBAL (\S+) was not an allowed global", text)
+    if unsafe:
+        return f"it refers to {unsafe.group(1)}"
+    if "Weights only load failed" in text:
+        return "it holds more than plain tensors and containers"
+    return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def load_into(model: nn.Module, optimizer: torch.optim.Optimizer, folder: str | Path) -> None:
+    """Load a sharded checkpoint into the model and optimizer as they are sharded now
+    (resharding when the checkpoint was written by another number of processes). Collective
+    when a process group is initialised."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    state = state_dicts(model, optimizer)
+    _load(state, folder)
+    set_state_dict(
+        model, optimizer, model_state_dict=state[MODEL], optim_state_dict=state[OPTIMIZER]
+    )
+
+
+def read_model_weights(folder: str | Path) -> dict[str, torch.Tensor]:
+    """Consolidate the model's full weights from a sharded checkpoint, in one process and
+    without a process group (the optimizer state is not read)."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    model: dict[str, torch.Tensor] = {}
+    prefix = f"{MODEL}."
+    for key, meta in _index(folder).state_dict_metadata.items():
+        if key.startswith(prefix) and isinstance(meta, TensorStorageMetadata):
+            model[key[len(prefix) :]] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+    _load({MODEL: model}, folder)
+    return model

@@ -1,0 +1,19 @@
+"""The precision core: what the hardware runs, the policy, loss scaling, the engine.
+
+Everything else in ampkit (checkpoints, models, the doctor, the Trainer, bench, export, the
+command line) is built on this package, and this package imports none of them:
+
+* :mod:`~ampkit.precision.hardware` and :mod:`~ampkit.precision.devices`: what a device
+  offers, read without side effects, and the one place for device-type branches;
+* :mod:`~ampkit.precision.policy`: the only precision-name parser and the ``auto`` rules;
+* :mod:`~ampkit.precision.scaler`: dynamic loss scaling;
+* :mod:`~ampkit.precision.engine`: :class:`MixedPrecision`, the loop-level engine;
+* :mod:`~ampkit.precision.bf16_true` and :mod:`~ampkit.precision.fp8`: the low-precision
+  weight and matmul machinery those modes use;
+* shared assets: :mod:`~ampkit.precision.batches` (how a batch becomes a loss),
+  :mod:`~ampkit.precision.stats` (range statistics), :mod:`~ampkit.precision.islands`
+  (fp32 islands), :mod:`~ampkit.precision.formats` (number formats from ``torch.finfo``),
+  :mod:`~ampkit.precision.inference` (``predict``).
+
+Import from the submodules; nothing is imported here, so ``import ampkit.precision`` is free.
+"""

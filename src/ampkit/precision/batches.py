@@ -1,0 +1,83 @@
+"""How a batch becomes a loss: the one batch convention the Trainer, the fp8 planner, the
+model resolver, bench and doctor share.
+
+The batch convention
+--------------------
+* With ``loss_fn``: a batch is ``(inputs, targets)`` and the loss is
+  ``loss_fn(model(inputs), targets)``.
+* Without it, the model consumes the batch (``model(*batch)`` for a tuple or list,
+  ``model(**batch)`` for a dict, ``model(batch)`` otherwise) and returns its loss: a scalar
+  tensor, an object with ``.loss`` (Hugging Face style), a dict with ``"loss"``, or a tuple or
+  list whose first scalar tensor is the loss (``(logits, loss)`` and ``(loss, logits)`` both
+  work).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ampkit._tree import iter_tensors
+from ampkit.errors import ConfigurationError
+
+__all__ = ["batch_loss", "batch_size_of", "loss_from_output"]
+
+
+def loss_from_output(output: Any) -> torch.Tensor:
+    """Find the scalar loss in a model's output (see the module docstring).
+
+    Raises:
+        ConfigurationError: the output holds no scalar tensor to use as the loss.
+    """
+    if isinstance(output, torch.Tensor) and output.dim() == 0:
+        return output
+    if isinstance(output, dict) and isinstance(output.get("loss"), torch.Tensor):
+        return output["loss"]
+    if isinstance(getattr(output, "loss", None), torch.Tensor):
+        return output.loss
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            if isinstance(item, torch.Tensor) and item.dim() == 0:
+                return item
+    raise ConfigurationError(
+        f"Trainer: the model returned {type(output).__name__}, which holds no scalar loss. "
+        "Return the loss (a scalar tensor, `.loss`, a dict 'loss', or a tuple holding it) "
+        "or pass loss_fn= and batches of (inputs, targets)."
+    )
+
+
+def batch_loss(
+    model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+) -> torch.Tensor:
+    """The loss of one batch under the convention of the module docstring.
+
+    Raises:
+        ConfigurationError: ``loss_fn`` is given but the batch is not ``(inputs, targets)``,
+            or the model's output holds no loss.
+    """
+    if loss_fn is not None:
+        if not isinstance(batch, (tuple, list)) or len(batch) != 2:
+            raise ConfigurationError(
+                "Trainer: with loss_fn, each batch must be (inputs, targets); got "
+                f"{type(batch).__name__}. Drop loss_fn if the model returns its loss."
+            )
+        inputs, targets = batch
+        return loss_fn(model(inputs), targets)
+    if isinstance(batch, dict):
+        return loss_from_output(model(**batch))
+    if isinstance(batch, (tuple, list)):
+        return loss_from_output(model(*batch))
+    return loss_from_output(model(batch))
+
+
+def batch_size_of(batch: Any) -> int:
+    """Samples in a batch: the leading dimension of its first tensor (1 if it holds none).
+
+    Works for ``(inputs, targets)`` tuples, dicts of tensors (Hugging Face style) and nested
+    containers alike.
+    """
+    first = next(iter_tensors(batch), None)
+    return int(first.shape[0]) if first is not None and first.dim() > 0 else 1

@@ -1,0 +1,38 @@
+"""Pure bf16 training (precision ``bf16-true``): bf16 weights, gradients and optimizer state,
+with compensated updates so that small updates are not rounded away.
+
+- :func:`to_bf16_true` (``casting``): cast a model, keeping embeddings, norms and the final
+  projection in fp32 unless told otherwise.
+- :class:`CompensatedOptimizer` (``compensated``): Kahan summation or stochastic rounding
+  around any torch optimizer.
+- :func:`lost_update_fraction` and :class:`LostUpdates` (``lost_updates``): the probe.
+"""
+
+from __future__ import annotations
+
+from ampkit.precision.bf16_true.casting import default_keep_fp32, to_bf16_true
+from ampkit.precision.bf16_true.compensated import (
+    COMPENSATIONS,
+    CompensatedOptimizer,
+    Compensation,
+    stochastic_round_bf16,
+)
+from ampkit.precision.bf16_true.lost_updates import (
+    LOST_UPDATES_WARN_AT,
+    LostUpdates,
+    lost_update_counts,
+    lost_update_fraction,
+)
+
+__all__ = [
+    "COMPENSATIONS",
+    "LOST_UPDATES_WARN_AT",
+    "CompensatedOptimizer",
+    "Compensation",
+    "LostUpdates",
+    "default_keep_fp32",
+    "lost_update_counts",
+    "lost_update_fraction",
+    "stochastic_round_bf16",
+    "to_bf16_true",
+]

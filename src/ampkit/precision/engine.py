@@ -1,0 +1,552 @@
+"""``MixedPrecision``: the mixed-precision engine for a training loop you write yourself.
+
+One iteration, with the engine's work marked::
+
+    with mp.accumulate(model):              # DDP: no all-reduce on non-final micro-batches
+        with mp.autocast():                 # matmul/conv in the policy's low precision
+            loss = loss_fn(model(x), y)
+        mp.backward(loss)                   # loss / grad_accum_steps, * scale (fp16), backward
+    result = mp.step(optimizer)             # on the last micro-batch of the window:
+                                            #   unscale_ -> clip -> step unless inf/nan
+                                            #   -> scale update -> zero_grad(set_to_none=True)
+
+In fp32 the engine adds nothing: the updates are bitwise those of the plain PyTorch loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ampkit.errors import CheckpointError, ConfigurationError, PrecisionWarning, ScalerStateError
+from ampkit.precision.policy import Policy, precision_session, resolve_precision
+from ampkit.precision.scaler import LossScaler, ScalerStats
+
+if TYPE_CHECKING:
+    from ampkit.precision.fp8.planning import Fp8Plan
+
+__all__ = ["MixedPrecision", "StepResult", "loss_tensor", "validate_param_dtypes"]
+
+#: Precisions whose weights are meant to be low precision (pure bf16 training, no fp32 copy).
+#: Every other precision keeps fp32 weights and lets autocast cast them per op.
+LOW_PRECISION_WEIGHTS: dict[str, torch.dtype] = {"bf16-true": torch.bfloat16}
+
+
+def validate_param_dtypes(optimizer: torch.optim.Optimizer, policy: Policy) -> None:
+    """Refuse fp16/bf16 parameters the precision does not expect.
+
+    Mixed precision keeps the weights (and the optimizer's update) in fp32 and lets autocast
+    cast them per op. fp16 weights under a loss scaler lose every update smaller than half an
+    fp16 ulp and overflow to inf/NaN while the step still reports success; bf16 weights lose
+    small updates the same way. Only a policy named in :data:`LOW_PRECISION_WEIGHTS`
+    (``"bf16-true"``: pure bf16) may hold weights of its dtype.
+
+    Raises:
+        ConfigurationError: a parameter of ``optimizer`` is fp16 or bf16 and the policy's
+            precision does not hold weights of that dtype.
+    """
+    allowed = LOW_PRECISION_WEIGHTS.get(policy.precision)
+    for index, group in enumerate(optimizer.param_groups):
+        for param in group["params"]:
+            dtype = param.dtype
+            if dtype not in (torch.float16, torch.bfloat16) or dtype == allowed:
+                continue
+            count = sum(p.dtype == dtype for g in optimizer.param_groups for p in g["params"])
+            name = "fp16" if dtype == torch.float16 else "bf16"
+            why = (
+                "fp16 weights under the loss scaler lose small updates and turn inf/NaN while "
+                "steps still report success"
+                if policy.uses_scaler
+                else f"{name} weights lose every update smaller than half a {name} ulp"
+            )
+            hint = (
+                " For pure bf16 weights ask for that precision by name ('bf16-true')."
+                if dtype == torch.bfloat16
+                else ""
+            )
+            raise ConfigurationError(
+                f"MixedPrecision({policy.precision!r}): {count} of the optimizer's parameters "
+                f"are {name} (the first in param group {index}, shape {tuple(param.shape)}); "
+                f"{why}. Mixed precision keeps the weights in fp32 and autocast casts them per "
+                "op: build the model in fp32 (drop .half(), .bfloat16() or .to(dtype) on it)."
+                f"{hint}"
+            )
+
+
+def loss_tensor(loss: Any) -> torch.Tensor:
+    """The loss tensor in ``loss``: a tensor, an object with a ``.loss`` tensor (a Hugging Face
+    ``ModelOutput``), or a dict with a ``"loss"`` tensor.
+
+    Raises:
+        ConfigurationError: none of these, or a ``.loss`` that is None (the model was not
+            given labels).
+    """
+    if isinstance(loss, torch.Tensor):
+        return loss
+    found = loss.get("loss") if isinstance(loss, dict) else getattr(loss, "loss", None)
+    if isinstance(found, torch.Tensor):
+        return found
+    has_field = (isinstance(loss, dict) and "loss" in loss) or hasattr(loss, "loss")
+    seen = (
+        f"a {type(loss).__name__} whose loss is None (the model computes it only when given "
+        "labels: pass labels=... in the batch)"
+        if has_field
+        else f"a {type(loss).__name__}"
+    )
+    raise ConfigurationError(
+        f"mp.backward: got {seen}. Pass the scalar loss tensor, or a model output holding it "
+        "(.loss, or a dict with 'loss'), e.g. mp.backward(outputs.loss)."
+    )
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What :meth:`MixedPrecision.step` did.
+
+    Attributes:
+        stepped: the optimizer's ``step()`` ran.
+        skipped: the window ended but the step was skipped (inf/NaN gradients, fp16 only).
+        scale: the loss scale the next backward uses (1.0 without loss scaling).
+        micro_step: micro-batches accumulated in this window when ``step`` was called.
+        grad_norm: the total unscaled gradient norm before clipping, when clipping is on.
+            Read lazily: the GPU is synchronised only if you look at it.
+    """
+
+    stepped: bool
+    skipped: bool
+    scale: float
+    micro_step: int
+    grad_norm_tensor: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def grad_norm(self) -> float | None:
+        """The unscaled total gradient norm (before clipping), or None without clipping."""
+        norm = self.grad_norm_tensor
+        if norm is None:
+            return None
+        if hasattr(norm, "full_tensor"):  # FSDP2 returns the norm as a DTensor
+            norm = norm.full_tensor()
+        return float(norm)
+
+    @property
+    def window_done(self) -> bool:
+        """Whether this call ended an accumulation window (stepped or skipped)."""
+        return self.stepped or self.skipped
+
+
+class MixedPrecision:
+    """Autocast, loss scaling, accumulation and clipping for a hand-written loop.
+
+    Args:
+        precision: ``"auto"``, ``"fp32"``, ``"fp16"``, ``"bf16"`` (or an alias), or a
+            :class:`~ampkit.Policy` from :func:`~ampkit.resolve_precision`.
+        device: training device; ``None`` picks CUDA when available, else CPU.
+        grad_accum_steps: micro-batches per optimizer step; the loss is divided by it.
+        max_grad_norm: clip the unscaled gradients to this total norm; None disables clipping.
+        scaler: the :class:`~ampkit.LossScaler` fp16 uses, configured as you like (bounds,
+            growth, hysteresis, ...); None builds one with the default settings. Only fp16
+            scales the loss, so passing one under bf16/fp32 is refused.
+        tf32: allow TF32 for fp32 matmuls (CUDA Ampere+); None follows the hardware. Applied
+            only inside ``with mp:``, and restored on exit.
+        process_group: ranks that must agree on skipping an overflowed step (default: world);
+            used for the default scaler (a scaler you pass brings its own).
+        fp8_plan: fp8 only: the :class:`~ampkit.precision.fp8.Fp8Plan` that :meth:`prepare_model`
+            applies (None: a plan from shapes and torchao's size prior alone).
+        update_compensation: bf16-true only: ``"kahan"`` (default), ``"stochastic"`` or
+            ``"none"`` (warns: small updates are lost); applied by :meth:`prepare_optimizer`.
+        bf16_true_keep_fp32: bf16-true only: module names or types :meth:`prepare_model`
+            keeps in fp32; None keeps embeddings, norms and the final projection.
+
+    Use it as a context manager (``with MixedPrecision(...) as mp:``) so that global settings
+    of the policy (TF32) are applied for the run and restored afterwards. For ``fp8`` and
+    ``bf16-true`` call ``model = mp.prepare_model(model)`` and
+    ``optimizer = mp.prepare_optimizer(optimizer)`` before the loop (no-ops otherwise).
+
+    Raises:
+        ConfigurationError: an argument is out of range or the precision is unknown, or an
+            fp8/bf16-true option given for another precision.
+        UnsupportedPrecisionError: the device cannot run the precision.
+
+    Warns:
+        PrecisionWarning: ``update_compensation="none"`` under bf16-true.
+    """
+
+    def __init__(
+        self,
+        precision: str | Policy = "auto",
+        device: torch.device | str | None = None,
+        *,
+        grad_accum_steps: int = 1,
+        max_grad_norm: float | None = None,
+        scaler: LossScaler | None = None,
+        tf32: bool | None = None,
+        process_group: Any = None,
+        fp8_plan: Fp8Plan | None = None,
+        update_compensation: str | None = None,
+        bf16_true_keep_fp32: Sequence[str | type[torch.nn.Module]] | None = None,
+    ) -> None:
+        if (
+            isinstance(grad_accum_steps, bool)
+            or not isinstance(grad_accum_steps, int)
+            or grad_accum_steps < 1
+        ):
+            raise ConfigurationError(
+                f"grad_accum_steps: {grad_accum_steps!r} is invalid. It must be an integer >= 1 "
+                "(1 steps after every batch)."
+            )
+        if max_grad_norm is not None and not (
+            isinstance(max_grad_norm, (int, float))
+            and not isinstance(max_grad_norm, bool)
+            and 0 < max_grad_norm < math.inf
+        ):
+            raise ConfigurationError(
+                f"max_grad_norm: {max_grad_norm!r} is invalid. Use a positive finite number, or "
+                "None to disable clipping."
+            )
+        if tf32 is not None and not isinstance(tf32, bool):
+            raise ConfigurationError(
+                f"tf32: {tf32!r} is invalid. Use True, False, or None to follow the hardware."
+            )
+        if isinstance(precision, Policy):
+            self.policy = precision
+        else:
+            self.policy = resolve_precision(precision, device, tf32=tf32)
+        self.grad_accum_steps = grad_accum_steps
+        self.max_grad_norm = max_grad_norm
+        self.scaler = self._check_scaler(scaler, process_group)
+        self._check_low_precision_options(fp8_plan, update_compensation, bf16_true_keep_fp32)
+        self.fp8_plan = fp8_plan
+        self.update_compensation = update_compensation or "kahan"
+        self.bf16_true_keep_fp32 = bf16_true_keep_fp32
+        #: fp8: all-gather FSDP2 weight shards in fp8 (the Trainer sets it under FSDP2 with
+        #: the tensorwise recipe, before prepare_model).
+        self.fp8_fsdp_all_gather = False
+        self._micro_step = 0
+        self._session: contextlib.ExitStack | None = None
+        self._checked_optimizers: set[int] = set()
+
+    def _check_scaler(self, scaler: LossScaler | None, process_group: Any) -> LossScaler:
+        if scaler is None:
+            return LossScaler(enabled=self.policy.uses_scaler, process_group=process_group)
+        if not isinstance(scaler, LossScaler):
+            raise ConfigurationError(
+                f"scaler: got {type(scaler).__name__}; pass an ampkit.LossScaler (or None for "
+                "the default one)."
+            )
+        if not self.policy.uses_scaler:
+            raise ConfigurationError(
+                f"scaler: a LossScaler was passed but the precision is {self.policy.precision} "
+                f"({self.policy.reason}), which needs no loss scaling. Only fp16 scales the "
+                "loss: drop scaler=, or train in fp16."
+            )
+        if not scaler.is_enabled():
+            raise ConfigurationError(
+                "scaler: the LossScaler passed has enabled=False, but fp16 needs loss scaling "
+                "(small gradients underflow without it). Pass an enabled scaler, or None."
+            )
+        return scaler
+
+    def _check_low_precision_options(
+        self, plan: Any, compensation: str | None, keep: Sequence[Any] | None
+    ) -> None:
+        precision = self.policy.precision
+        for name, value, owner in [
+            ("fp8_plan", plan, "fp8"),
+            ("update_compensation", compensation, "bf16-true"),
+            ("bf16_true_keep_fp32", keep, "bf16-true"),
+        ]:
+            if value is not None and precision != owner:
+                raise ConfigurationError(
+                    f"{name}: given, but the precision is {precision}; it applies to "
+                    f"{owner} only. Drop {name}=, or ask for precision={owner!r}."
+                )
+        if plan is not None and plan.recipe != self.policy.fp8_recipe:
+            raise ConfigurationError(
+                f"fp8_plan: the plan was made for the {plan.recipe} recipe, but precision "
+                f"{self.policy.requested!r} uses {self.policy.fp8_recipe}. Make the plan with "
+                f"recipe={self.policy.fp8_recipe!r}, or ask for the precision of its recipe."
+            )
+        if compensation is not None:
+            from ampkit.precision.bf16_true.compensated import check_compensation
+
+            check_compensation(compensation)
+        if compensation == "none":
+            warnings.warn(
+                "update_compensation='none' under bf16-true: with bf16 weights and "
+                "round-to-nearest, every update smaller than half an ulp of its weight is "
+                "lost (a weight of magnitude 1 ignores updates below 0.002, step after step). "
+                "Use 'kahan' (the default) or 'stochastic'.",
+                PrecisionWarning,
+                stacklevel=3,
+            )
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Make ``model`` ready for the precision, in place; return it.
+
+        ``fp8``: convert the Linear layers :attr:`fp8_plan` selects to torchao's Float8Linear
+        (without a plan: the layers that pass the shape rules and torchao's size prior).
+        ``bf16-true``: cast parameters and buffers to bf16, keeping ``bf16_true_keep_fp32``
+        (default: embeddings, norms, the final projection) in fp32. Others: unchanged.
+        Call it once, on the model on its device, before DDP/FSDP and ``torch.compile``.
+
+        Raises:
+            ConfigurationError: the plan names layers that are not Linears of ``model``.
+            MissingDependencyError: fp8 without torchao.
+        """
+        if self.policy.precision == "fp8":
+            from ampkit.precision.fp8.convert import convert_to_fp8
+            from ampkit.precision.fp8.planning import fp8_plan
+
+            plan = self.fp8_plan or fp8_plan(
+                model, recipe=self.policy.fp8_recipe or "tensorwise", measure=False
+            )
+            convert_to_fp8(
+                model,
+                plan.selected,
+                plan.recipe,
+                emulate=self.policy.emulate,
+                fsdp_float8_all_gather=self.fp8_fsdp_all_gather,
+            )
+        elif self.policy.precision == "bf16-true":
+            from ampkit.precision.bf16_true.casting import to_bf16_true
+
+            to_bf16_true(model, self.bf16_true_keep_fp32)
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """bf16-true: wrap ``optimizer`` in a :class:`~ampkit.precision.bf16_true.CompensatedOptimizer`
+        with :attr:`update_compensation`. Others: ``optimizer`` unchanged.
+
+        Raises:
+            ConfigurationError: ``optimizer`` is not a ``torch.optim.Optimizer``.
+        """
+        if self.policy.precision != "bf16-true":
+            return optimizer
+        from ampkit.precision.bf16_true.compensated import CompensatedOptimizer
+
+        if isinstance(optimizer, CompensatedOptimizer):
+            return optimizer
+        return CompensatedOptimizer(optimizer, self.update_compensation)  # type: ignore[arg-type]
+
+    # -- session -------------------------------------------------------------------------
+
+    def __enter__(self) -> MixedPrecision:
+        if self._session is not None:
+            raise ScalerStateError("MixedPrecision: this session is already open (nested `with`).")
+        stack = contextlib.ExitStack()
+        stack.enter_context(precision_session(self.policy))
+        self._session = stack
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Restore the global torch settings changed by ``with mp:`` (idempotent)."""
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
+
+    # -- the loop ------------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the policy."""
+        return self.policy.device
+
+    @property
+    def stats(self) -> ScalerStats:
+        """Loss-scale telemetry (steps, skipped steps, scale, history); never syncs the GPU."""
+        return self.scaler.stats
+
+    @property
+    def micro_step(self) -> int:
+        """Micro-batches accumulated since the last optimizer step (0 right after a step)."""
+        return self._micro_step
+
+    @property
+    def is_final_micro_batch(self) -> bool:
+        """Whether the next ``backward`` completes an accumulation window."""
+        return self._micro_step == self.grad_accum_steps - 1
+
+    def autocast(self) -> torch.autocast:
+        """The autocast region of the policy; an explicit fp32 region for fp32."""
+        return self.policy.autocast()
+
+    @contextlib.contextmanager
+    def accumulate(self, model: torch.nn.Module) -> Iterator[None]:
+        """Skip gradient all-reduce on non-final micro-batches of an accumulation window.
+
+        Wrap the forward and ``backward`` of each micro-batch. For a DDP model this enters
+        ``model.no_sync()`` unless the micro-batch is the last of the window; for an FSDP2
+        (``fully_shard``) model it switches ``set_requires_gradient_sync``. For other models it
+        does nothing, so the same loop runs on one process and under ``torchrun``.
+        """
+        if self.is_final_micro_batch:
+            yield
+            return
+        no_sync = getattr(model, "no_sync", None)
+        set_sync = getattr(model, "set_requires_gradient_sync", None)
+        if callable(no_sync):
+            with no_sync():
+                yield
+        elif callable(set_sync):
+            set_sync(False)
+            try:
+                yield
+            finally:
+                set_sync(True)
+        else:
+            yield
+
+    def backward(self, loss: Any, **backward_kwargs: Any) -> None:
+        """Run backward on ``loss / grad_accum_steps``, multiplied by the loss scale for fp16.
+
+        ``loss`` is the scalar loss tensor, or a model output holding it (an object with
+        ``.loss`` such as a Hugging Face ``ModelOutput``, or a dict with ``"loss"``).
+
+        Raises:
+            ConfigurationError: ``loss`` holds no loss tensor (see :func:`loss_tensor`).
+            ScalerStateError: more backward calls than ``grad_accum_steps`` without a ``step``.
+        """
+        loss = loss_tensor(loss)
+        if self._micro_step >= self.grad_accum_steps:
+            raise ScalerStateError(
+                f"backward() was called {self._micro_step + 1} times without step(), but "
+                f"grad_accum_steps={self.grad_accum_steps}. Call mp.step(optimizer) after each "
+                "backward(); it steps on the last micro-batch of every window."
+            )
+        if self.grad_accum_steps > 1:
+            loss = loss / self.grad_accum_steps
+        self.scaler.scale(loss).backward(**backward_kwargs)
+        self._micro_step += 1
+
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    ) -> StepResult:
+        """End the micro-batch; on the last one of the window, update the weights.
+
+        In order: unscale the gradients, clip them to ``max_grad_norm`` over the optimizer's
+        parameters, call ``optimizer.step()`` unless a gradient is inf/NaN, update the loss
+        scale, step ``scheduler`` only if the optimizer stepped, and
+        ``optimizer.zero_grad(set_to_none=True)``. One GPU sync for fp16 (the skip decision).
+
+        The first call with an optimizer checks its parameters' dtypes
+        (:func:`validate_param_dtypes`).
+
+        Raises:
+            ScalerStateError: ``step`` without a ``backward`` since the last step.
+            ConfigurationError: fp16/bf16 parameters the precision does not expect.
+        """
+        if id(optimizer) not in self._checked_optimizers:
+            validate_param_dtypes(optimizer, self.policy)
+            self._checked_optimizers.add(id(optimizer))
+        if self._micro_step == 0:
+            raise ScalerStateError(
+                "step() was called with no backward() since the last step. Call "
+                "mp.backward(loss) for every micro-batch, then mp.step(optimizer)."
+            )
+        if self._micro_step < self.grad_accum_steps:
+            return StepResult(
+                stepped=False,
+                skipped=False,
+                scale=self.scaler.get_scale(),
+                micro_step=self._micro_step,
+            )
+        micro = self._micro_step
+        self._micro_step = 0
+        self.scaler.unscale_(optimizer)
+        norm = None
+        if self.max_grad_norm is not None:
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+        stepped = self.scaler.step(optimizer)
+        self.scaler.update()
+        if stepped and scheduler is not None:
+            scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        return StepResult(
+            stepped=stepped,
+            skipped=not stepped,
+            scale=self.scaler.get_scale(),
+            micro_step=micro,
+            grad_norm_tensor=norm,
+        )
+
+    # -- checkpointing ---------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Precision, loss-scaler state and the position inside the accumulation window."""
+        return {
+            "precision": self.policy.precision,
+            "grad_accum_steps": self.grad_accum_steps,
+            "micro_step": self._micro_step,
+            "scaler": self.scaler.state_dict(),
+        }
+
+    def load_state_dict(
+        self, state: dict[str, Any], *, allow_precision_change: bool = False
+    ) -> str | None:
+        """Restore from :meth:`state_dict`; nothing changes unless all of it is valid.
+
+        With ``allow_precision_change``, a state saved under another precision is accepted on
+        purpose (fp16 -> bf16 after a divergence): the accumulation position is restored and
+        the saved loss-scaler state is dropped (this engine keeps its own, fresh one).
+
+        Returns:
+            The saved precision when it differs from this engine's (only possible with
+            ``allow_precision_change``), else None.
+
+        Raises:
+            CheckpointError: the state is not such a dict (keys missing), was saved under
+                another accumulation, or another precision without ``allow_precision_change``,
+                or its ``micro_step`` is not an integer in ``[0, grad_accum_steps]``.
+            ScalerStateError: the loss-scaler state is out of range (see
+                :meth:`LossScaler.load_state_dict`).
+        """
+        keys = ("precision", "grad_accum_steps", "micro_step", "scaler")
+        if not isinstance(state, dict) or any(key not in state for key in keys):
+            seen = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise CheckpointError(
+                f"MixedPrecision.load_state_dict: expected a dict with the keys {list(keys)}, "
+                f"got {seen}. Pass what MixedPrecision.state_dict() returned."
+            )
+        micro = state["micro_step"]
+        if (
+            isinstance(micro, bool)
+            or not isinstance(micro, int)
+            or not 0 <= micro <= self.grad_accum_steps
+        ):
+            raise CheckpointError(
+                f"MixedPrecision.load_state_dict: micro_step={micro!r} is invalid; it must be an "
+                f"integer in [0, grad_accum_steps={self.grad_accum_steps}]. The state is damaged."
+            )
+        if state["grad_accum_steps"] != self.grad_accum_steps:
+            raise CheckpointError(
+                "MixedPrecision.load_state_dict: the state has grad_accum_steps="
+                f"{state['grad_accum_steps']!r} but this engine has grad_accum_steps="
+                f"{self.grad_accum_steps!r}. Resume with the settings of the saved run."
+            )
+        saved = state["precision"]
+        if saved != self.policy.precision:
+            if not allow_precision_change:
+                raise CheckpointError(
+                    f"MixedPrecision.load_state_dict: the state has precision={saved!r} but "
+                    f"this engine has precision={self.policy.precision!r}. Resume with the "
+                    "settings of the saved run, or switch on purpose with "
+                    "resume_precision_change=True (--allow-precision-change): weights and "
+                    "optimizer carry over, the loss-scaler state is dropped."
+                )
+            self._micro_step = micro
+            return str(saved)
+        self.scaler.load_state_dict(state["scaler"])
+        self._micro_step = micro
+        return None
