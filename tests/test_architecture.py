@@ -1,5 +1,5 @@
-"""The package's shape: no import cycles, no public name shadowed by a submodule, and
-``import ampkit`` free of torch.
+"""The package's shape: layers that import only downwards, no import cycles, no public name
+shadowed by a submodule, and ``import ampkit`` free of torch.
 
 Imports are read with ``ast`` (nothing is executed), counting every import statement: at module
 level, inside functions, and under ``if TYPE_CHECKING:``, so a cycle hidden behind a lazy or a
@@ -87,6 +87,84 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (cycle := visit(node)):
             return cycle
     return None
+
+
+#: The layers, bottom first (docs/architecture.md draws them). A module may import its own
+#: package and anything in a lower layer; never a layer above, nor another package of its own
+#: layer (the modules of the bottom layer may import each other). Keys are the first name under ``ampkit`` (``ampkit.trainer.data`` -> ``trainer``);
+#: ``""`` is ``ampkit/__init__.py``.
+LAYERS: tuple[frozenset[str], ...] = (
+    # shared plumbing: exceptions, durable files, locks, trees of tensors, tables
+    frozenset(
+        {
+            "errors",
+            "_files",
+            "_lock",
+            "_logging",
+            "_process",
+            "_stack",
+            "_text_table",
+            "_tree",
+            "_validate",
+        }
+    ),
+    frozenset({"precision"}),  # the core: hardware, devices, policy, scaler, engine, modes
+    frozenset({"checkpoint", "models"}),  # the on-disk format; models by name
+    frozenset({"doctor", "lint"}),  # diagnosis of a model; of source code (no torch)
+    frozenset({"trainer"}),
+    frozenset({"bench", "deploy", "gpt"}),  # products on the Trainer and the doctor
+    frozenset({"cli"}),
+    frozenset({"", "callbacks", "__main__"}),  # the public faces
+)
+
+
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _layer_of(module: str) -> int:
+    package = _package_of(module)
+    for index, layer in enumerate(LAYERS):
+        if package in layer:
+            return index
+    raise LookupError(package)
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up a layer or sideways to another package of the same layer."""
+    problems = []
+    for module, targets in sorted(graph.items()):
+        here = _layer_of(module)
+        for target in sorted(targets):
+            there = _layer_of(target)
+            if there > here:
+                problems.append(f"{module} imports {target}, a layer above it")
+            elif there == here > 0 and _package_of(target) != _package_of(module):
+                problems.append(f"{module} imports {target}, another package of its layer")
+    return problems
+
+
+def test_every_package_has_a_layer():
+    unplaced = {_package_of(m) for m in import_graph()} - set().union(*LAYERS)
+    assert not unplaced, f"give these a layer in LAYERS: {sorted(unplaced)}"
+
+
+def test_layer_check_finds_upward_and_sideways_imports():
+    graph = {
+        "ampkit.precision.engine": {"ampkit.trainer.data"},
+        "ampkit.models.resolve": {"ampkit.checkpoint.folder", "ampkit.precision.batches"},
+        "ampkit.trainer.trainer": {"ampkit.precision.engine", "ampkit.trainer.data"},
+    }
+    assert layer_violations(graph) == [
+        "ampkit.models.resolve imports ampkit.checkpoint.folder, another package of its layer",
+        "ampkit.precision.engine imports ampkit.trainer.data, a layer above it",
+    ]
+
+
+def test_no_module_imports_a_layer_above_it():
+    problems = layer_violations(import_graph())
+    assert not problems, "\n".join(problems)
 
 
 def test_cycle_finder_finds_a_cycle():
