@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ampkit._validate import is_int, is_number
 from ampkit.errors import ConfigurationError
 
 __all__ = ["TrainConfig"]
 
 #: The largest ``--seed`` (in absolute value) the samplers can derive their seeds from.
 _SEED_MAX = 2**32 - 1
-
-
-def _int_at_least(value: object, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +114,7 @@ class TrainConfig:
     def _checks(self) -> list[tuple[str, bool, str]]:
         """``(field, valid, rule)`` for every field."""
         ints = {
-            name: _int_at_least(getattr(self, name), low)
+            name: is_int(getattr(self, name), low)
             for name, low in [
                 ("steps", 1),
                 ("batch_size", 1),
@@ -141,33 +133,33 @@ class TrainConfig:
         ]
         heads = self.n_head if ints["n_head"] else 1
         checks += [
-            ("lr", _number(self.lr) and self.lr > 0, "a positive number"),
-            ("init_scale", _number(self.init_scale) and self.init_scale > 0, "a positive number"),
+            ("lr", is_number(self.lr) and self.lr > 0, "a positive number"),
+            ("init_scale", is_number(self.init_scale) and self.init_scale > 0, "a positive number"),
             (
                 "weight_decay",
-                _number(self.weight_decay) and self.weight_decay >= 0,
+                is_number(self.weight_decay) and self.weight_decay >= 0,
                 "a number >= 0",
             ),
             (
                 "max_grad_norm",
                 self.max_grad_norm is None
-                or (_number(self.max_grad_norm) and self.max_grad_norm > 0),
+                or (is_number(self.max_grad_norm) and self.max_grad_norm > 0),
                 "a positive number (0 on the command line disables clipping)",
             ),
             (
                 "n_embd",
-                _int_at_least(self.n_embd, 1) and self.n_embd % heads == 0,
+                is_int(self.n_embd, 1) and self.n_embd % heads == 0,
                 f"a positive multiple of --n-head ({self.n_head})",
             ),
             (
                 "seed",
-                _int_at_least(self.seed, -_SEED_MAX) and self.seed <= _SEED_MAX,
+                is_int(self.seed, -_SEED_MAX) and self.seed <= _SEED_MAX,
                 f"an integer from -{_SEED_MAX} to {_SEED_MAX}",
             ),
             *(
                 (
                     name,
-                    getattr(self, name) is None or _int_at_least(getattr(self, name), 1),
+                    getattr(self, name) is None or is_int(getattr(self, name), 1),
                     "an integer >= 1",
                 )
                 for name in ("checkpoint_every", "keep_last")

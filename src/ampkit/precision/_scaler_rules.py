@@ -9,9 +9,10 @@ as ``(name, value, allowed)`` and raise nothing themselves.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from typing import Any, TypeGuard
+from typing import Any
+
+from ampkit._validate import is_int, is_number
 
 __all__ = ["STATE_KEYS", "settings_problem", "state_problem"]
 
@@ -36,14 +37,6 @@ STATE_KEYS = (
 )
 
 
-def _int(value: object, low: int, high: float = math.inf) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
-
-
-def _real(value: object) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def settings_problem(
     *,
     growth_factor: object,
@@ -59,27 +52,27 @@ def settings_problem(
     enabled: object = True,
 ) -> Problem | None:
     """The first setting out of range, as ``(name, value, allowed)``, or None."""
-    low = min_scale if _real(min_scale) and min_scale > 0 else None
-    high = max_scale if low is not None and _real(max_scale) and max_scale >= low else None
+    low = min_scale if is_number(min_scale) and min_scale > 0 else None
+    high = max_scale if low is not None and is_number(max_scale) and max_scale >= low else None
     rules: list[tuple[str, object, bool, str]] = [
         ("enabled", enabled, isinstance(enabled, bool), "True or False"),
         (
             "growth_factor",
             growth_factor,
-            _real(growth_factor) and growth_factor > 1,
+            is_number(growth_factor) and growth_factor > 1,
             "a finite number > 1 (e.g. 2.0)",
         ),
         (
             "backoff_factor",
             backoff_factor,
-            _real(backoff_factor) and 0 < backoff_factor < 1,
+            is_number(backoff_factor) and 0 < backoff_factor < 1,
             "in (0, 1), e.g. 0.5",
         ),
-        ("growth_interval", growth_interval, _int(growth_interval, 1), "an integer >= 1"),
+        ("growth_interval", growth_interval, is_int(growth_interval, 1), "an integer >= 1"),
         (
             "hysteresis",
             hysteresis,
-            _int(hysteresis, 1),
+            is_int(hysteresis, 1),
             "an integer >= 1 (1 backs off on every overflow)",
         ),
         ("min_scale", min_scale, low is not None, "a finite number > 0"),
@@ -87,16 +80,16 @@ def settings_problem(
         (
             scale_name,
             scale,
-            _real(scale) and low is not None and high is not None and low <= scale <= high,
+            is_number(scale) and low is not None and high is not None and low <= scale <= high,
             f"within [min_scale, max_scale] = [{min_scale}, {max_scale}]",
         ),
         (
             "max_skips_at_min_scale",
             max_skips_at_min_scale,
-            max_skips_at_min_scale is None or _int(max_skips_at_min_scale, 1),
+            max_skips_at_min_scale is None or is_int(max_skips_at_min_scale, 1),
             "None or an integer >= 1",
         ),
-        ("history_size", history_size, _int(history_size, 1), "an integer >= 1"),
+        ("history_size", history_size, is_int(history_size, 1), "an integer >= 1"),
     ]
     for name, value, ok, allowed in rules:
         if not ok:
@@ -128,32 +121,32 @@ def state_problem(state: Mapping[str, Any]) -> Problem | None:
         return found
     steps = state["steps"]
     rules: list[tuple[str, bool, str]] = [
-        ("steps", _int(steps, 0), "an integer >= 0"),
+        ("steps", is_int(steps, 0), "an integer >= 0"),
         (
             "skipped_steps",
-            _int(steps, 0) and _int(state["skipped_steps"], 0, steps),
+            is_int(steps, 0) and is_int(state["skipped_steps"], 0, steps),
             f"an integer in [0, steps={steps}]",
         ),
         (
             "consecutive_skips",
-            _int(state["skipped_steps"], 0)
-            and _int(state["consecutive_skips"], 0, state["skipped_steps"]),
+            is_int(state["skipped_steps"], 0)
+            and is_int(state["consecutive_skips"], 0, state["skipped_steps"]),
             "an integer in [0, skipped_steps]",
         ),
         (
             "skips_at_min_scale",
-            _int(state["consecutive_skips"], 0)
-            and _int(state["skips_at_min_scale"], 0, state["consecutive_skips"]),
+            is_int(state["consecutive_skips"], 0)
+            and is_int(state["skips_at_min_scale"], 0, state["consecutive_skips"]),
             "an integer in [0, consecutive_skips]",
         ),
         (
             "growth_tracker",
-            _int(state["growth_tracker"], 0, state["growth_interval"] - 1),
+            is_int(state["growth_tracker"], 0, state["growth_interval"] - 1),
             f"an integer in [0, growth_interval) = [0, {state['growth_interval']})",
         ),
         (
             "hysteresis_left",
-            _int(state["hysteresis_left"], 1, state["hysteresis"]),
+            is_int(state["hysteresis_left"], 1, state["hysteresis"]),
             f"an integer in [1, hysteresis={state['hysteresis']}]",
         ),
         (
@@ -162,8 +155,8 @@ def state_problem(state: Mapping[str, Any]) -> Problem | None:
             and all(
                 isinstance(item, (list, tuple))
                 and len(item) == 2
-                and _int(item[0], 0)
-                and _real(item[1])
+                and is_int(item[0], 0)
+                and is_number(item[1])
                 and item[1] > 0
                 for item in state["scale_history"]
             ),
