@@ -126,7 +126,101 @@ def test_failed_write_leaves_the_file_and_no_temporary(
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "replace", refuse)
-    with pytest.raises(OSError, match="disk full"):
-        fix_file(target)
+    done = fix_file(target)
+    assert done.failed and done.count == 0
+    assert done.note == f"{target}: not fixed: it cannot be written (disk full)"
     assert target.read_text(encoding="utf-8") == DEPRECATED
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_fix_refuses_a_read_only_file_in_one_line_and_fails_the_run(tmp_path: Path) -> None:
+    target = tmp_path / "train.py"
+    target.write_text(DEPRECATED, encoding="utf-8")
+    target.chmod(0o444)
+    code, out = run(str(target), "--fix")
+    assert code == 1
+    assert f"note: {target}: not fixed: it is read-only (mode 0444)" in out
+    assert "Traceback" not in out
+    assert target.read_text(encoding="utf-8") == DEPRECATED  # root could have replaced it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.py"]
+
+
+def test_fix_into_a_folder_that_refuses_writes_is_one_line(tmp_path: Path) -> None:
+    """What an immutable file (chattr +i) or a read-only mount does: the rename fails."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    target = folder / "train.py"
+    target.write_text(DEPRECATED, encoding="utf-8")
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):  # root ignores the folder's bits: refuse the rename
+            done = _refused_rename(target)
+        else:
+            code, out = run(str(target), "--fix")
+            assert code == 1 and "not fixed: it cannot be written" in out
+            assert "Traceback" not in out
+            done = fix_file(target)
+        assert done.failed and "not fixed: it cannot be written" in (done.note or "")
+        assert target.read_text(encoding="utf-8") == DEPRECATED
+    finally:
+        folder.chmod(0o755)
+
+
+def _refused_rename(target: Path) -> object:
+    import errno
+
+    original = os.replace
+
+    def refuse(src: str, dst: str) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    os.replace = refuse  # type: ignore[assignment]
+    try:
+        return fix_file(target)
+    finally:
+        os.replace = original
+
+
+def test_a_symlink_loop_named_on_the_command_line_fails_like_an_unreadable_file(
+    tmp_path: Path,
+) -> None:
+    loop = tmp_path / "loop.py"
+    loop.symlink_to(tmp_path / "loop.py")
+    code, out = run(str(loop))
+    assert code == 1 and f"{loop}:1:1: AMP000" in out and "cannot read" in out
+    unreadable = tmp_path / "secret.py"
+    unreadable.write_text(DEPRECATED, encoding="utf-8")
+    unreadable.chmod(0)
+    try:
+        if not os.access(unreadable, os.R_OK):  # as root every file is readable
+            assert run(str(unreadable))[0] == code
+    finally:
+        unreadable.chmod(0o644)
+
+
+def test_a_file_over_the_size_limit_is_one_amp000_and_not_read(tmp_path: Path) -> None:
+    big = tmp_path / "generated.py"
+    big.write_text(DEPRECATED + "x = 1\n" * 200_000, encoding="utf-8")  # 1.2 MB
+    code, out = run(str(big), "--max-file-size", "1")
+    assert code == 1 and f"{big}:1:1: AMP000" in out and "1.2 MB is over the 1 MB limit" in out
+    assert "AMP006" not in out  # not analysed
+    code, out = run(str(big), "--max-file-size", "0")  # no limit
+    assert "AMP006" in out and "AMP000" not in out
+    assert run(str(big), "--max-file-size", "2", "--fix")[0] == 0
+    assert big.read_text(encoding="utf-8").startswith(FIXED)
+
+
+def test_the_size_limit_from_pyproject(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.ampkit.lint]\nmax-file-size = 0.0001\n", encoding="utf-8"
+    )
+    (tmp_path / "train.py").write_text(DEPRECATED + "# padding\n" * 20, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    code, out = run("train.py")
+    assert code == 1 and "AMP000" in out and "over the 0.0001 MB limit" in out
+    assert "AMP006" in run("train.py", "--max-file-size", "1")[1]
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.ampkit.lint]\nmax-file-size = "big"\n', encoding="utf-8"
+    )
+    code, out = run("train.py")
+    assert code == 2 and "max-file-size must be a number of megabytes" in out

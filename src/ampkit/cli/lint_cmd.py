@@ -60,6 +60,14 @@ def _explain(code: str) -> None:
     help="Rewrite what is safe to rewrite (deprecated API), then report the rest.",
 )
 @click.option("--diff", is_flag=True, help="Print what --fix would change; write nothing.")
+@click.option(
+    "--max-file-size",
+    "max_file_mb",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="MB",
+    help="Files larger than this are not analysed (one AMP000 each). [default: 5; 0: no limit]",
+)
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when findings fail the run.")
 @click.option("--isolated", is_flag=True, help="Ignore [tool.ampkit.lint] in pyproject.toml.")
 @click.option("--explain", metavar="CODE", help="Print the documentation of one rule and exit.")
@@ -73,6 +81,7 @@ def lint(
     exclude: tuple[str, ...],
     fix: bool,
     diff: bool,
+    max_file_mb: float | None,
     exit_zero: bool,
     isolated: bool,
     explain: str | None,
@@ -80,7 +89,9 @@ def lint(
     """Check PATHS (files, or folders searched for *.py; default: .) for AMP mistakes.
 
     Prints one line per finding, `path:line:col: CODE message`. Exit status: 0 when no
-    finding is a warning or error, 1 when one is, 2 on a usage error. Silence one line with
+    finding is a warning or error, 1 when one is (an unreadable or oversized file is an
+    AMP000 error) or when --fix could not write a file it had to fix (read-only), 2 on a
+    usage error. Silence one line with
     `# ampkit: noqa` or `# ampkit: noqa: AMP001`. Defaults for --select/--ignore/--exclude
     come from [tool.ampkit.lint] in the nearest pyproject.toml.
 
@@ -99,7 +110,7 @@ def lint(
         return
     if fix and diff:
         raise ConfigurationError("--fix and --diff cannot be combined; pass one of them")
-    failed = _run(paths or (".",), fmt, select, ignore, exclude, fix, diff, isolated)
+    failed = _run(paths or (".",), fmt, select, ignore, exclude, fix, diff, isolated, max_file_mb)
     ctx.exit(0 if exit_zero or not failed else 1)
 
 
@@ -112,23 +123,26 @@ def _run(
     fix: bool,
     diff: bool,
     isolated: bool,
+    max_file_mb: float | None = None,
 ) -> bool:
     """Lint (and fix) the paths, print the report; return whether the run failed."""
     from ampkit.lint.api import lint_files
     from ampkit.lint.config import LintConfig, load_config
-    from ampkit.lint.discovery import discover
+    from ampkit.lint.discovery import MAX_FILE_BYTES, discover
     from ampkit.lint.report import format_findings
     from ampkit.lint.selection import Selection
 
     config = LintConfig() if isolated else load_config()
     chosen = select if select else config.select
     selection = Selection.from_options(chosen, (*config.ignore, *ignore))
+    size_mb = max_file_mb if max_file_mb is not None else config.max_file_mb
+    max_bytes = MAX_FILE_BYTES if size_mb is None else (int(size_mb * 1e6) or None)
     files, skipped = discover(paths, (*config.exclude, *exclude))
     for item in skipped:
         click.echo(f"note: {item.note}", err=True)
     if diff:
-        return _diff([f.path for f in files], selection)
-    run = lint_files(files, selection, fix=fix)
+        return _diff([f.path for f in files], selection, max_bytes)
+    run = lint_files(files, selection, fix=fix, max_bytes=max_bytes)
     for note in run.notes:
         click.echo(f"note: {note}", err=True)
     findings, fixed = run.findings, run.fixed
@@ -142,10 +156,10 @@ def _run(
             summary += f"; {fixable} fixable with --fix"
         if findings or fixed:
             click.echo(summary + ".", err=True)
-    return any(f.severity.fails for f in findings)
+    return bool(run.unfixed) or any(f.severity.fails for f in findings)
 
 
-def _diff(files: list[Path], selection: Selection) -> bool:
+def _diff(files: list[Path], selection: Selection, max_bytes: int | None) -> bool:
     """Print a unified diff of the safe fixes; return whether there is any."""
     import difflib
 
@@ -155,7 +169,7 @@ def _diff(files: list[Path], selection: Selection) -> bool:
     changed = 0
     for path in files:
         try:
-            text, _ = read_source(path)
+            text, _ = read_source(path, max_bytes)
         except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
             continue
         new, _ = fix_source(text, str(path), selection)

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ampkit.lint.analysis import FileAnalysis
-from ampkit.lint.discovery import read_source
+from ampkit.lint.discovery import MAX_FILE_BYTES, FileTooLargeError, read_source
 from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.rules import all_rules
 from ampkit.lint.selection import Selection
@@ -86,12 +86,19 @@ def check_source(
 
 
 def check_file(
-    path: Path, selection: Selection | None = None, display: str | None = None
+    path: Path,
+    selection: Selection | None = None,
+    display: str | None = None,
+    max_bytes: int | None = MAX_FILE_BYTES,
 ) -> list[Finding]:
-    """Lint one file; unreadable or undecodable files are one ``AMP000`` finding."""
+    """Lint one file; unreadable or undecodable files, and files over ``max_bytes`` (None:
+    no limit), are one ``AMP000`` finding."""
     name = display or str(path)
     try:
-        text, _ = read_source(path)
+        text, _ = read_source(path, max_bytes)
+    except FileTooLargeError as exc:
+        found = [_syntax_finding(name, Exception(f"too large to analyse: {exc}"))]
+        return [f for f in found if selection is None or f.code in selection]
     except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
         found = [_syntax_finding(name, Exception(f"cannot read: {exc}"))]
         return [f for f in found if selection is None or f.code in selection]

@@ -8,6 +8,7 @@ used; command-line options extend it (``--select`` replaces the configured selec
     select = ["AMP0"]
     ignore = ["AMP012"]
     exclude = ["legacy/*", "*_pb2.py"]
+    max-file-size = 20      # MB; files above it are one AMP000 finding (0: no limit)
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ampkit._validate import is_number
 from ampkit.errors import ConfigurationError
 
 __all__ = ["LintConfig", "find_config", "load_config"]
 
-_KEYS = ("select", "ignore", "exclude")
+_KEYS = ("select", "ignore", "exclude", "max-file-size")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class LintConfig:
     select: tuple[str, ...] | None = None
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    max_file_mb: float | None = None
     source: Path | None = field(default=None, compare=False)
 
 
@@ -83,9 +86,16 @@ def load_config(start: Path | None = None) -> LintConfig:
             f"allowed keys are {', '.join(_KEYS)}"
         )
     select = _strings(path, "select", section["select"]) if "select" in section else None
+    size = section.get("max-file-size")
+    if size is not None and not is_number(size, 0):
+        raise ConfigurationError(
+            f"{path}: [tool.ampkit.lint] max-file-size must be a number of megabytes >= 0 "
+            f"(0: no limit), got {size!r}; write e.g. max-file-size = 20"
+        )
     return LintConfig(
         select=select,
         ignore=_strings(path, "ignore", section.get("ignore", [])),
         exclude=_strings(path, "exclude", section.get("exclude", [])),
+        max_file_mb=None if size is None else float(size),
         source=path,
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ampkit.lint.check import check_source
-from ampkit.lint.discovery import read_source
+from ampkit.lint.discovery import MAX_FILE_BYTES, read_source
 from ampkit.lint.findings import Edit, Finding
 from ampkit.lint.selection import Selection
 
@@ -69,25 +69,38 @@ def fix_source(
 
 @dataclass(frozen=True)
 class FileFix:
-    """What ``--fix`` did to one file: how many fixes it wrote, or why it wrote nothing."""
+    """What ``--fix`` did to one file: how many fixes it wrote, or why it wrote nothing.
+
+    ``failed``: the file needed fixes that could not be written (read-only, or the write
+    failed); ``ampkit lint --fix`` then exits 1.
+    """
 
     count: int = 0
     note: str | None = None
+    failed: bool = False
 
 
-def fix_file(path: Path, selection: Selection | None = None, root: Path | None = None) -> FileFix:
+def fix_file(
+    path: Path,
+    selection: Selection | None = None,
+    root: Path | None = None,
+    max_bytes: int | None = MAX_FILE_BYTES,
+) -> FileFix:
     """Apply safe fixes to a file in place (same encoding and line endings).
 
     ``root`` is the tree being linted (default: the file's folder). A file whose real path
     lies outside it (a symlink leaving the tree) is not written, and neither is anything
-    that is not a regular file. The new text goes to a temporary file in the same folder
-    that then replaces the real file in one step, so a crash never leaves half a file, and
-    a symlink inside the tree keeps pointing at the (now fixed) file.
+    that is not a regular file, a file whose permission bits say read-only (as ruff and black
+    refuse them; root could otherwise replace it) or one over ``max_bytes``. The new text goes
+    to a temporary file in the same folder that then replaces the real file in one step, so a
+    crash never leaves half a file, and a symlink inside the tree keeps pointing at the (now
+    fixed) file. A write the system refuses (an immutable file, a read-only folder) is a note,
+    never an exception.
     """
     try:
-        text, encoding = read_source(path)
+        text, encoding = read_source(path, max_bytes)
     except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
-        return FileFix()
+        return FileFix()  # linting it reports AMP000
     new, count = fix_source(text, str(path), selection)
     if not count or new == text:
         return FileFix(count)
@@ -95,7 +108,19 @@ def fix_file(path: Path, selection: Selection | None = None, root: Path | None =
     tree = Path(os.path.realpath(root if root is not None else path.parent))
     if real != tree and tree not in real.parents:
         return FileFix(0, f"{path}: not fixed: it is a symlink to {real}, outside {tree}")
-    _write_atomically(real, new.encode(encoding))
+    mode = stat.S_IMODE(os.stat(real).st_mode)
+    if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):
+        return FileFix(
+            0,
+            f"{path}: not fixed: it is read-only (mode {mode:04o}); make it writable "
+            "(chmod u+w) to let --fix rewrite it",
+            failed=True,
+        )
+    try:
+        _write_atomically(real, new.encode(encoding))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        return FileFix(0, f"{path}: not fixed: it cannot be written ({reason})", failed=True)
     return FileFix(count)
 
 
