@@ -29,6 +29,7 @@ else does. With ``enabled=False`` every method is a pass-through, so user code n
 from __future__ import annotations
 
 import enum
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +41,13 @@ from ampkit.errors import ConfigurationError, NonFiniteTrainingError, ScalerStat
 from ampkit.precision._kernels import unscale_and_check_
 from ampkit.precision._scaler_rules import STATE_KEYS, settings_problem, state_problem
 
-__all__ = ["LossScaler", "ScalerStats"]
+__all__ = ["GRADSCALER_KEYS", "LossScaler", "ScalerStats"]
+
+#: The keys of ``torch.amp.GradScaler.state_dict()`` (enabled), which
+#: :meth:`LossScaler.load_state_dict` takes over.
+GRADSCALER_KEYS = frozenset(
+    {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
+)
 
 _CALL_ORDER = (
     "The order per iteration is: scale(loss).backward() -> unscale_(optimizer) (optional, once) "
@@ -91,13 +98,23 @@ class ScalerStats:
 class LossScaler:
     """Dynamic loss scaler for fp16 training. See the module docstring for the call order.
 
+    The first five arguments are ``torch.amp.GradScaler``'s, in its order, so
+    ``LossScaler("cuda", init_scale=2.0**16)`` replaces ``GradScaler("cuda", init_scale=2.0**16)``
+    and :meth:`load_state_dict` accepts a ``GradScaler.state_dict()``. With the default bounds
+    the two compute bitwise the same weights and scales until the scale would leave
+    ``[min_scale, max_scale]`` (GradScaler has no bounds) or ``max_skips_at_min_scale`` stops a
+    run GradScaler would go on skipping.
+
     Args:
-        enabled: when False, ``scale`` returns the loss unchanged, ``unscale_`` does nothing and
-            ``step`` always steps; counters still count steps.
+        device: the device the gradients live on (``"cuda"``, ``"cpu"``, ...), as GradScaler's
+            first argument; recorded as :attr:`device`. The scale itself is a host number, so
+            nothing is allocated on it.
         init_scale: the first scale. Must lie in ``[min_scale, max_scale]``.
         growth_factor: multiplier after ``growth_interval`` clean steps; must be > 1.
         backoff_factor: multiplier on overflow; must be in (0, 1).
         growth_interval: clean steps between growths; integer >= 1.
+        enabled: when False, ``scale`` returns the loss unchanged, ``unscale_`` does nothing and
+            ``step`` always steps; counters still count steps.
         min_scale: the scale never backs off below this (> 0).
         max_scale: the scale never grows above this.
         hysteresis: overflows tolerated since the scale last changed before backing off
@@ -115,12 +132,13 @@ class LossScaler:
 
     def __init__(
         self,
-        *,
-        enabled: bool = True,
+        device: str | torch.device | None = None,
         init_scale: float = 2.0**16,
         growth_factor: float = 2.0,
         backoff_factor: float = 0.5,
         growth_interval: int = 2000,
+        enabled: bool = True,
+        *,
         min_scale: float = 1.0,
         max_scale: float = 2.0**24,
         hysteresis: int = 1,
@@ -145,6 +163,13 @@ class LossScaler:
             raise ConfigurationError(
                 f"LossScaler: {name}={value!r} is invalid. {name} must be {allowed}."
             )
+        try:
+            self.device: torch.device | None = None if device is None else torch.device(device)
+        except (RuntimeError, TypeError) as exc:
+            raise ConfigurationError(
+                f"LossScaler: device={device!r} is not a device. Pass a device name such as "
+                "'cuda', 'cpu' or 'mps' (as torch.amp.GradScaler's first argument), or None."
+            ) from exc
         self._enabled = enabled
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
@@ -369,12 +394,23 @@ class LossScaler:
             "hysteresis": self.hysteresis,
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore from :meth:`state_dict`. Configuration in the dict overrides the constructor's.
+    def load_state_dict(self, state: dict[str, Any]) -> str | None:
+        """Restore from :meth:`state_dict`, or from a ``torch.amp.GradScaler.state_dict()``.
+        Configuration in the dict overrides the constructor's.
 
         The state is checked as the constructor checks its arguments (a NaN, zero, negative
         or infinite scale, ``growth_factor <= 1``, ``backoff_factor >= 1``, ...), and its
         counters for consistency, before anything is changed.
+
+        A GradScaler's state (``scale``, ``growth_factor``, ``backoff_factor``,
+        ``growth_interval``, ``_growth_tracker``) migrates a run from GradScaler: the scale,
+        its settings and the growth tracker carry over; this scaler's bounds and hysteresis
+        stay as constructed, and the counters GradScaler does not keep (steps, skipped steps,
+        the scale history) start at zero.
+
+        Returns:
+            For a GradScaler state, a note saying what carried over and what started at zero
+            (also logged on the ``ampkit`` logger); else None.
 
         Raises:
             ScalerStateError: loading a non-empty state into a disabled scaler, or the reverse;
@@ -392,12 +428,14 @@ class LossScaler:
                     "load_state_dict: this scaler is disabled but the state comes from an enabled "
                     "(fp16) scaler. Resume with the precision the checkpoint was trained in."
                 )
-            return
+            return None
         if not state:
             raise ScalerStateError(
                 "load_state_dict: the state is empty (saved from a disabled scaler, i.e. bf16 or "
                 "fp32 training) but this scaler is enabled. Resume with the checkpoint's precision."
             )
+        if set(state) == GRADSCALER_KEYS:
+            return self._load_gradscaler_state(state)
         missing = [key for key in STATE_KEYS if key not in state]
         if missing:
             raise ScalerStateError(
@@ -427,3 +465,52 @@ class LossScaler:
         self._history.clear()
         self._history.extend((int(s), float(v)) for s, v in state["scale_history"])
         self._per_optimizer.clear()
+        return None
+
+    def _load_gradscaler_state(self, state: dict[str, Any]) -> str:
+        """Take over a ``torch.amp.GradScaler`` state (see :meth:`load_state_dict`)."""
+        scale, tracker = state["scale"], state["_growth_tracker"]
+        if isinstance(scale, torch.Tensor) and scale.numel() == 1:
+            scale = scale.item()
+        if isinstance(tracker, torch.Tensor) and tracker.numel() == 1:
+            tracker = int(tracker.item())
+        problem = settings_problem(
+            growth_factor=state["growth_factor"],
+            backoff_factor=state["backoff_factor"],
+            growth_interval=state["growth_interval"],
+            hysteresis=self.hysteresis,
+            min_scale=self.min_scale,
+            max_scale=self.max_scale,
+            scale=scale,
+            scale_name="scale",
+        )
+        if problem is None and not (
+            isinstance(tracker, int)
+            and not isinstance(tracker, bool)
+            and 0 <= tracker < state["growth_interval"]
+        ):
+            problem = ("_growth_tracker", tracker, "an integer in [0, growth_interval)")
+        if problem:
+            name, value, allowed = problem
+            raise ScalerStateError(
+                f"load_state_dict: the GradScaler state's {name}={value!r} is invalid here; "
+                f"{name} must be {allowed}. Construct the LossScaler with bounds that admit it "
+                "(min_scale=, max_scale=) or fix the state; nothing was loaded."
+            )
+        self.growth_factor = float(state["growth_factor"])
+        self.backoff_factor = float(state["backoff_factor"])
+        self.growth_interval = int(state["growth_interval"])
+        self._scale = float(scale)
+        self._growth_tracker = tracker
+        self._hysteresis_left = self.hysteresis
+        self._steps = self._skipped = self._consecutive_skips = self._skips_at_min = 0
+        self._history.clear()
+        self._history.append((0, self._scale))
+        self._per_optimizer.clear()
+        note = (
+            f"LossScaler: took over a torch.amp.GradScaler state (scale {self._scale:g}, growth "
+            f"tracker {tracker} of {self.growth_interval}); steps, skipped steps and the scale "
+            "history start at zero, as GradScaler does not keep them."
+        )
+        logging.getLogger("ampkit").info(note)
+        return note
