@@ -5,6 +5,7 @@ with one-line errors."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,12 +17,16 @@ __all__ = ["check_output", "writing"]
 
 def check_output(path: str | None, flag: str, *, creates_folders: bool = False) -> None:
     """Refuse an output path that cannot be written: a folder, a path inside a file, a
-    missing folder (unless the writer creates folders) or a read-only one.
+    missing folder (unless the writer creates folders) or one that refuses a new file.
+
+    Permission bits are not trusted (as root every folder looks writable, yet ``/sys``,
+    ``/proc`` and read-only mounts refuse files): a file is created in the folder and removed
+    again. ``-`` (standard output) needs no check.
 
     Raises:
         ConfigurationError: the path cannot be written; the message names ``flag``.
     """
-    if path is None:
+    if path is None or path == "-":
         return
     target = Path(path)
     if target.is_dir():
@@ -45,6 +50,14 @@ def check_output(path: str | None, flag: str, *, creates_folders: bool = False) 
             f"{flag}: cannot write {target}: the folder {folder} is not writable. Pass a path "
             "you can write to."
         )
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".ampkit-probe-"):
+            pass
+    except OSError as exc:
+        raise ConfigurationError(
+            f"{flag}: cannot write {target}: the folder {folder} refuses new files "
+            f"({exc.strerror or exc}). Pass a path you can write to."
+        ) from None
 
 
 @contextmanager
