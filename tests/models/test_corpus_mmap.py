@@ -68,3 +68,21 @@ def test_unreadable_data_is_one_line():
     os.waitpid(child, 0)
     shutil.rmtree(folder)
     assert message.startswith(f"DataError: --data: cannot read {path} (Permission"), message
+
+
+def test_text_padded_with_nul_bytes_is_refused_wherever_the_nul_is(tmp_path):
+    """``truncate -s 2G f.txt`` after 1.5 MB of text: NUL bytes past the first MiB."""
+    path = tmp_path / "padded.txt"
+    text = b"def f(x):\n    return x\n" * 70_000  # 1.6 MB
+    path.write_bytes(text)
+    os.truncate(path, 2**31)  # sparse: nothing is written
+    with pytest.raises(DataError, match=f"a NUL byte at offset {len(text)} of {2**31}"):
+        load_corpus(path)
+
+
+def test_a_nul_in_a_later_slice_is_found(tmp_path, monkeypatch):
+    monkeypatch.setattr(corpus_module, "_CHUNK", 64)
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"a" * 1000 + b"\x00" + b"b" * 10)
+    with pytest.raises(DataError, match="a NUL byte at offset 1000 of 1011"):
+        load_corpus(path)

@@ -68,16 +68,18 @@ _CHUNK = 16 << 20
 
 
 def _check_text(data: mmap.mmap, path: Path) -> None:
-    """Refuse a mapped file that is all whitespace, binary, or not UTF-8, slice by slice."""
-    if b"\x00" in data[:1_000_000]:
-        raise DataError(
-            f"--data: {path} looks binary (it contains NUL bytes). "
-            "ampkit trains on UTF-8 text; pass a text file."
-        )
+    """Refuse a mapped file that is all whitespace, binary (a NUL byte anywhere: a file
+    padded with ``truncate -s`` is NUL bytes after its text), or not UTF-8, slice by slice."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     has_text = False
     for start in range(0, len(data), _CHUNK):
         chunk = data[start : start + _CHUNK]
+        nul = chunk.find(b"\x00")
+        if nul >= 0:
+            raise DataError(
+                f"--data: {path} looks binary (a NUL byte at offset {start + nul} of "
+                f"{len(data)}). ampkit trains on UTF-8 text; pass a text file."
+            )
         has_text = has_text or bool(chunk.strip())
         pending = len(decoder.getstate()[0])  # bytes of a character cut by the last slice
         try:

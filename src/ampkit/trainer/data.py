@@ -22,20 +22,27 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ampkit.errors import ConfigurationError
 
-__all__ = ["ResumableSampler", "build_loader"]
+__all__ = ["ResumableSampler", "build_loader", "permuted"]
 
 
 class ResumableSampler(Sampler[int]):
     """``DistributedSampler`` order (``drop_last=True``) for one epoch, starting at ``start``
-    samples in.
+    samples in, in memory that does not grow with the dataset.
 
-    The same indices in the same order as ``torch.utils.data.DistributedSampler``, without its
-    Python list of every index (about 40 bytes per sample: 10 GB for a 256 MB text of
-    overlapping windows): the permutation is kept as one int32 tensor (int64 past 2**31
-    samples) and handed out a block at a time.
+    Up to :attr:`RANDPERM_MAX` samples the indices and their order are exactly
+    ``torch.utils.data.DistributedSampler``'s (without its Python list of every index, about
+    40 bytes per sample): the permutation is one int32 tensor handed out a block at a time.
+    Above it (a large text of overlapping windows: one sample per byte), a permutation of
+    every position would take 4-8 bytes per sample, so the shuffled order is a keyed
+    pseudo-random permutation computed block by block (:func:`permuted`) instead: every
+    index once per epoch, the same order on every rank and after a resume, a new order each
+    epoch, and no memory proportional to the dataset. Without shuffling no index list is
+    built either.
     """
 
     _BLOCK = 1 << 16
+    #: Largest dataset shuffled with ``torch.randperm`` (DistributedSampler's exact order).
+    RANDPERM_MAX = 1 << 24
 
     def __init__(
         self,
@@ -58,18 +65,64 @@ class ResumableSampler(Sampler[int]):
         self.num_samples = self.size // world_size  # drop_last: every rank gets as many
 
     def __iter__(self) -> Iterator[int]:
-        dtype = torch.int32 if self.size < 2**31 else torch.int64
-        if self.shuffle:
+        if self.shuffle and self.size <= self.RANDPERM_MAX:
             generator = torch.Generator().manual_seed(self.seed + self.epoch)
-            order = torch.randperm(self.size, generator=generator, dtype=dtype)
-        else:
-            order = torch.arange(self.size, dtype=dtype)
-        mine = order[: self.num_samples * self.world_size][self.rank :: self.world_size]
-        for block in mine[self.start :].split(self._BLOCK):
-            yield from block.tolist()
+            order = torch.randperm(self.size, generator=generator, dtype=torch.int32)
+            mine = order[: self.num_samples * self.world_size][self.rank :: self.world_size]
+            for block in mine[self.start :].split(self._BLOCK):
+                yield from block.tolist()
+            return
+        keys = _feistel_keys(self.seed + self.epoch) if self.shuffle else None
+        for first in range(self.start, self.num_samples, self._BLOCK):
+            count = min(self._BLOCK, self.num_samples - first)
+            # position p of this rank's share is global position rank + world_size * p
+            positions = self.rank + self.world_size * torch.arange(
+                first, first + count, dtype=torch.int64
+            )
+            yield from (
+                positions if keys is None else permuted(positions, self.size, keys)
+            ).tolist()
 
     def __len__(self) -> int:
         return max(0, self.num_samples - self.start)
+
+
+_ROUNDS = 4
+_MULTIPLIERS = (0x5851F42D, 0x2545F491, 0x27BB2EE6, 0x165667B1)
+
+
+def _feistel_keys(seed: int) -> list[int]:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2**31 - 1, (_ROUNDS,), generator=generator).tolist()
+
+
+def _encrypt(x: torch.Tensor, half: int, keys: list[int]) -> torch.Tensor:
+    mask = (1 << half) - 1
+    left, right = x >> half, x & mask
+    for key, multiplier in zip(keys, _MULTIPLIERS, strict=True):
+        mixed = (right * multiplier + key) & 0x7FFFFFFF  # int64 arithmetic, kept non-negative
+        mixed = ((mixed ^ (mixed >> 15)) * 0x2C1B3C6D) & 0x7FFFFFFF
+        left, right = right, left ^ ((mixed ^ (mixed >> 13)) & mask)
+    return (left << half) | right
+
+
+def permuted(positions: torch.Tensor, size: int, keys: list[int]) -> torch.Tensor:
+    """Where ``positions`` (int64 values in ``[0, size)``) go under the keyed permutation of
+    ``range(size)``: a balanced Feistel network over the smallest even number of bits that
+    holds ``size``, cycle-walked back into range (so the map is a bijection of
+    ``range(size)``), evaluated elementwise: memory is that of ``positions``, not of ``size``.
+    """
+    if size <= 1:
+        return positions.clone()
+    half = max(1, ((size - 1).bit_length() + 1) // 2)
+    if 2 * half > 62:
+        raise ConfigurationError(f"ResumableSampler: {size} samples is more than 2**62.")
+    out = _encrypt(positions, half, keys)
+    outside = out >= size
+    while bool(outside.any()):  # cycle-walking: at most a few rounds (domain < 4 * size)
+        out[outside] = _encrypt(out[outside], half, keys)
+        outside = out >= size
+    return out
 
 
 def build_loader(
