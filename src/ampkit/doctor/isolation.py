@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit.precision.devices import fork_rng
+
 __all__ = ["isolated_copy", "preserved_state"]
 
 _ATOMS = (
@@ -113,8 +115,7 @@ def preserved_state(model: nn.Module, device: torch.device) -> Iterator[None]:
     grads = [p.grad for p in params]
     modes = [(m, m.training) for m in model.modules()]
     configs = _cache_configs(model)
-    rng_devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=rng_devices):
+    with fork_rng(device):
         try:
             for config in configs:
                 config.use_cache = False

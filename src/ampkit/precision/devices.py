@@ -26,12 +26,14 @@ import torch
 __all__ = [
     "ACCELERATORS",
     "autocast_device_type",
+    "collective_device",
     "ddp_device_ids",
     "default_device",
     "device_count",
     "device_rng_states",
     "distributed_backend",
     "fork_rng",
+    "fused_unscale_supported",
     "has_peak_memory_counter",
     "is_accelerator",
     "is_available",
@@ -264,6 +266,24 @@ def fork_rng(device: torch.device) -> Iterator[None]:
                 _require(device.type).set_rng_state(saved, index)
 
 
+def fused_unscale_supported(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether ``torch._amp_foreach_non_finite_check_and_unscale_`` (the loss scaler's fused
+    unscale) is safe for ``dtype`` gradients on ``device``.
+
+    CUDA/ROCm, XPU (torch-xpu-ops) and the CPU have the kernel in every supported torch. MPS
+    gained it in torch 2.8 (pytorch#150255); its fp16/bf16 path multiplied by a mis-typed
+    scale (pytorch#184286), so there only fp32 gradients (what mixed precision produces) use it.
+    """
+    if device.type != "mps":
+        return True
+    numbers = torch.__version__.split("+", 1)[0].split(".")[:2]
+    try:
+        recent = (int(numbers[0]), int(numbers[1])) >= (2, 8)
+    except (IndexError, ValueError):
+        recent = True
+    return recent and dtype == torch.float32
+
+
 def autocast_device_type(device: torch.device) -> str:
     """The ``device_type`` of ``torch.autocast`` for ``device``: its type for cpu, cuda (ROCm
     too), xpu and mps. Other types have no autocast rules here and get ``cpu``'s."""
@@ -281,6 +301,15 @@ def distributed_backend(device_type: str) -> str:
         if check is not None and check():
             return "xccl"
     return "gloo"
+
+
+def collective_device(backend: str) -> torch.device:
+    """The device a tensor must be on for a collective of ``backend``: the current CUDA device
+    for ``nccl``, the current XPU for ``xccl``, else the CPU (``gloo``)."""
+    kind = {"nccl": "cuda", "xccl": "xpu"}.get(str(backend))
+    if kind is None or not is_available(kind):
+        return torch.device("cpu")
+    return torch.device(kind, _require(kind).current_device())
 
 
 def ddp_device_ids(device: torch.device, local_rank: int) -> list[int] | None:
