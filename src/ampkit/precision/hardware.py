@@ -234,8 +234,8 @@ def probe(device: torch.device) -> HardwareInfo:
         if hasattr(mps, "is_macos_or_newer"):
             on_14 = bool(mps.is_macos_or_newer(14, 0))
         else:
-            major = platform.mac_ver()[0].split(".")[0]
-            on_14 = major.isdigit() and int(major) >= 14
+            macos = platform.mac_ver()[0].split(".")[0]
+            on_14 = macos.isdigit() and int(macos) >= 14
         return HardwareInfo(
             device=device,
             name=f"Apple GPU ({platform.machine() or 'arm64'}, macOS {platform.mac_ver()[0]})",

@@ -430,7 +430,9 @@ def resolve_precision(
     """Decide the training precision for ``device``.
 
     ``"auto"`` picks from the hardware: bf16 on CUDA compute capability >= 8.0, fp16 with loss
-    scaling on 7.x, fp32 on older GPUs; bf16 on CPUs with native bf16, else fp32. It never picks
+    scaling on 7.x, fp32 on older GPUs; on AMD GPUs (ROCm) by gfx architecture, bf16 from MI100
+    and RDNA3 on; fp16 with loss scaling on Apple GPUs (MPS); bf16, else fp16, on Intel GPUs
+    (XPU); bf16 on CPUs with native bf16, else fp32 (docs/engine.md has the tables). It never picks
     fp16 on a CPU, and never fp8 or bf16-true (they change more than the autocast dtype).
     Explicit choices are honoured unless the hardware cannot run them.
 
@@ -445,8 +447,9 @@ def resolve_precision(
     Raises:
         ConfigurationError: ``precision`` is not a known name (the message lists them), or
             ``emulate`` with a precision other than fp8.
-        UnsupportedPrecisionError: bf16/bf16-true on a CUDA device without bf16; fp8 on a GPU
-            below compute capability 8.9 (not MI300), or on a CPU without ``emulate=True``.
+        UnsupportedPrecisionError: bf16/bf16-true (or fp16) on a device without it; fp8 on a
+            GPU below compute capability 8.9, an AMD GPU other than MI300/MI350, an Apple or
+            Intel GPU, or a CPU, without ``emulate=True``.
         MissingDependencyError: fp8 without torchao installed.
 
     Warns:
