@@ -108,7 +108,7 @@ def preserved_state(model: nn.Module, device: torch.device) -> Iterator[None]:
 
     Inside: ``use_cache`` is False on every config of the model's modules. On exit (error or
     not): buffers copied back in place, gradients and train/eval modes restored, ``use_cache``
-    restored, and the CPU and CUDA RNG states as they were on entry.
+    restored, and the CPU and device RNG states as they were on entry.
     """
     buffers = [b.detach().clone() for b in model.buffers()]
     params = list(model.parameters())
