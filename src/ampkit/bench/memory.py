@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from ampkit.precision import devices
+
 __all__ = ["cuda_step_peak_bytes", "saved_tensor_bytes", "state_bytes"]
 
 
@@ -79,9 +81,9 @@ def cuda_step_peak_bytes(
     :func:`state_bytes`, taken after a warm-up step so the optimizer state exists) adds this
     variant's resident weights and optimizer state back.
     """
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
+    devices.synchronize(device)
+    before = devices.memory_allocated(device) or 0
+    devices.reset_peak_memory(device)
     step()
-    torch.cuda.synchronize(device)
-    return own_state_bytes + torch.cuda.max_memory_allocated(device) - before
+    devices.synchronize(device)
+    return own_state_bytes + devices.peak_memory(device)[0] - before

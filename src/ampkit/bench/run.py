@@ -26,11 +26,12 @@ from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
 from ampkit.bench.timing import MIN_ROUNDS, Timings, matmul_probe, run_interleaved
 from ampkit.bench.workloads import Workload, load_workload
 from ampkit.errors import ConfigurationError, PrecisionWarning
+from ampkit.precision import devices
+from ampkit.precision.devices import peak_memory
 from ampkit.precision.engine import MixedPrecision
 from ampkit.precision.hardware import HardwareInfo
 from ampkit.precision.hardware import probe as probe_hardware
 from ampkit.precision.policy import Policy, resolve_device, resolve_precision
-from ampkit.trainer.metrics import peak_memory
 
 __all__ = ["default_precisions", "run_bench"]
 
@@ -246,7 +247,7 @@ def run_bench(
         def step(i: int) -> None:
             if i != warmup - 1:
                 train_step(i)
-            elif dev.type == "cuda":
+            elif devices.has_peak_memory_counter(dev):
                 v.memory_bytes = cuda_step_peak_bytes(
                     lambda: train_step(i), dev, state_bytes(v.model, v.optimizer)
                 )
@@ -267,7 +268,7 @@ def run_bench(
         warmup=warmup,
         probe=probe_fn,
         tolerance=probe_tolerance,
-        sync=(lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else None,
+        sync=(lambda: devices.synchronize(dev)) if devices.is_accelerator(dev) else None,
         prepare=prepare,
         burst_s=burst_s,
         rest_s=rest_s,
@@ -391,7 +392,7 @@ def _report(
     share = None
     if flops is not None and matmul_rate:
         share = min(1.0, flops / base_median / matmul_rate)
-    rss = None if cuda else peak_memory(dev)[0]
+    rss = None if devices.is_accelerator(dev) else peak_memory(dev)[0]
     if timings.noisy:
         used = "all rounds" if len(timings.used) > len(timings.kept) else "the steady rounds"
         notes.append(

@@ -12,11 +12,14 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from ampkit.precision import devices
+
 __all__ = ["get_rng_state", "reseed", "set_rng_state"]
 
 
 def get_rng_state() -> dict[str, Any]:
-    """Python, NumPy, torch CPU and (when initialised) CUDA generator states."""
+    """Python, NumPy, torch CPU and (when initialised) accelerator generator states
+    (``cuda``, ``xpu``, ``mps``: :func:`ampkit.precision.devices.device_rng_states`)."""
     version, mt_state, gauss = random.getstate()
     legacy = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state(legacy=True))
     kind, keys, pos, has_gauss, cached = legacy
@@ -25,8 +28,7 @@ def get_rng_state() -> dict[str, Any]:
         "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
     }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    state.update(devices.device_rng_states())
     return state
 
 
@@ -37,8 +39,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     kind, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    devices.set_device_rng_states(state)
 
 
 def reseed(seed: int, step: int, rank: int) -> int:

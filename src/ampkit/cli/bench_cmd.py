@@ -28,7 +28,12 @@ __all__ = ["bench"]
     "folder), a function returning (model, batch), (model, inputs, targets) or an "
     "ampkit.bench.Workload.",
 )
-@click.option("--device", default=None, help="cpu, cuda or cuda:N. [default: cuda if available]")
+@click.option(
+    "--device",
+    default=None,
+    help="cpu, cuda or cuda:N (NVIDIA, or AMD under ROCm), mps, xpu or xpu:N. "
+    "[default: the first of cuda, xpu, mps available, else cpu]",
+)
 @click.option("--steps", type=int, default=20, show_default=True, help="Timed steps per variant.")
 @click.option(
     "--warmup", type=int, default=3, show_default=True, help="Untimed warm-up steps per variant."

@@ -78,6 +78,12 @@ __all__ = ["doctor"]
     help="bf16-true: AdamW learning rate of the lost-updates probe (smaller updates are lost "
     "more often).",
 )
+@click.option(
+    "--device",
+    default=None,
+    help="cpu, cuda or cuda:N (NVIDIA, or AMD under ROCm), mps, xpu or xpu:N; a package."
+    "module:factory model stays where its factory put it. [default: cpu]",
+)
 def doctor(**options: Any) -> None:
     """Find the layers that break low precision, and say what to train in.
 
@@ -114,7 +120,10 @@ def doctor(**options: Any) -> None:
     check_output(options["json_path"], "--json")
     check_output(options["html_path"], "--html", creates_folders=True)
     history = load_scale_history(options["metrics_path"]) if options["metrics_path"] else None
-    model, closure = load_case(options["model_spec"], seed=options["seed"])
+    from ampkit.precision.policy import resolve_device
+
+    device = resolve_device(options["device"]) if options["device"] is not None else None
+    model, closure = load_case(options["model_spec"], seed=options["seed"], device=device)
     report = diagnose(
         model,
         closure,

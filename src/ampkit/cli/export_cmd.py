@@ -81,6 +81,12 @@ __all__ = ["export"]
     help="Also write the result and the parity table as JSON here ('-' for stdout).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
+@click.option(
+    "--device",
+    default=None,
+    help="cpu (the default): the export is traced and checked on the CPU; a GPU is refused "
+    "with the reason.",
+)
 def export(**options: Any) -> None:
     """Export a model in fp16/bf16 and check it against the fp32 model.
 
@@ -106,6 +112,16 @@ def export(**options: Any) -> None:
 
     if options["batches"] < 0:
         raise ConfigurationError(f"--batches: {options['batches']} is invalid. Use 0 or more.")
+    if options["device"] is not None:
+        from ampkit.precision.policy import resolve_device
+
+        device = resolve_device(options["device"])
+        if device.type != "cpu":
+            raise ConfigurationError(
+                f"--device: {options['device']!r}: ampkit export traces the model and checks "
+                "parity on the CPU (ONNX Runtime's CPU provider, torch.export.load), so a GPU "
+                "would not be used. Leave --device out or pass --device cpu."
+            )
     model: nn.Module
     if options["model_spec"] == "gpt":
         model, seq_len = load_gpt(options["checkpoint"], seed=options["seed"])

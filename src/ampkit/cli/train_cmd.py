@@ -28,7 +28,10 @@ def _positive_or_none(value: float) -> float | None:
     "auto picks from the hardware (never bf16-true or fp8).",
 )
 @click.option(
-    "--device", default=None, help="cpu, cuda or cuda:N. [default: cuda if available, else cpu]"
+    "--device",
+    default=None,
+    help="cpu, cuda or cuda:N (NVIDIA, or AMD under ROCm), mps, xpu or xpu:N. "
+    "[default: the first of cuda, xpu, mps available, else cpu]",
 )
 @click.option(
     "--steps", type=int, default=_DEFAULT["steps"], show_default=True, help="Optimizer steps."

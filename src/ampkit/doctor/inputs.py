@@ -66,20 +66,30 @@ def load_factory(spec: str) -> Case:
     return built.model, built.closure()
 
 
-def load_case(spec: str | None, *, seed: int = 0) -> Case:
+def load_case(spec: str | None, *, seed: int = 0, device: torch.device | None = None) -> Case:
     """The model and closure for ``--model``: None or ``gpt`` is the built-in GPT; ``hf:``,
     ``timm:``, ``convnet`` are built by :func:`ampkit.models.resolve.build_model` (seeded);
-    anything else is a factory (:func:`load_factory`).
+    anything else is a factory (:func:`load_factory`). ``device`` (built models only): where
+    the model and its batches go; None keeps them on the CPU.
 
     Raises:
-        ConfigurationError: as :func:`ampkit.models.resolve.build_model` and :func:`load_factory`.
+        ConfigurationError: as :func:`ampkit.models.resolve.build_model` and :func:`load_factory`;
+            a ``device`` other than the CPU with a factory (it places its own model).
         MissingDependencyError: ``hf:``/``timm:`` without the library installed.
     """
     if spec is None or spec == "gpt":
-        return builtin_case(seed=seed)
+        return builtin_case(seed=seed, device=device)
     if spec == "convnet" or spec.partition(":")[0] in ("hf", "timm") or ":" not in spec:
         built = build_model(spec, seed=seed)
-        return built.model, built.closure()
+        if device is not None:
+            built.model.to(device)
+        return built.model, built.closure(device=device)
+    if device is not None and device.type != "cpu":
+        raise ConfigurationError(
+            f"device: {str(device)!r} with the factory {spec}: a factory's model and closure "
+            "stay where the factory put them. Create them on that device in the factory and "
+            "leave device unset."
+        )
     return load_factory(spec)
 
 

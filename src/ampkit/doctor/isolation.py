@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ampkit.precision.devices import fork_rng
+
 __all__ = ["isolated_copy", "preserved_state"]
 
 _ATOMS = (
@@ -106,15 +108,14 @@ def preserved_state(model: nn.Module, device: torch.device) -> Iterator[None]:
 
     Inside: ``use_cache`` is False on every config of the model's modules. On exit (error or
     not): buffers copied back in place, gradients and train/eval modes restored, ``use_cache``
-    restored, and the CPU and CUDA RNG states as they were on entry.
+    restored, and the CPU and device RNG states as they were on entry.
     """
     buffers = [b.detach().clone() for b in model.buffers()]
     params = list(model.parameters())
     grads = [p.grad for p in params]
     modes = [(m, m.training) for m in model.modules()]
     configs = _cache_configs(model)
-    rng_devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=rng_devices):
+    with fork_rng(device):
         try:
             for config in configs:
                 config.use_cache = False

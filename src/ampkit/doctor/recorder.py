@@ -25,6 +25,7 @@ from torch import nn
 from ampkit._tree import floating_tensors
 from ampkit.doctor.hooks import on_grad
 from ampkit.doctor.isolation import isolated_copy
+from ampkit.precision.devices import fork_rng
 from ampkit.precision.stats import FormatLimits, RangeStats
 
 __all__ = ["CallRecord", "ModuleState", "Recorder", "tensor_ranges"]
@@ -148,7 +149,6 @@ class Recorder:
     ) -> dict[str, list[torch.Tensor] | str]:
         tensors = floating_tensors((args, kwargs))
         device = tensors[0].device if tensors else next(module.parameters(), torch.empty(0)).device
-        rng_devices = [device.index or 0] if device.type == "cuda" else []
         buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
         results: dict[str, list[torch.Tensor] | str] = {}
         self._replaying = True
@@ -156,7 +156,7 @@ class Recorder:
             for fmt in self.replay:
                 with (
                     torch.no_grad(),
-                    torch.random.fork_rng(devices=rng_devices),
+                    fork_rng(device),
                     # no weight-cast cache: the fp16 copy of a weight cached in one re-run
                     # would otherwise be reused by the bf16 re-run inside the same outer region
                     torch.autocast(device.type, dtype=_DTYPES[fmt], cache_enabled=False),

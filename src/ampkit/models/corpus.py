@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ampkit.errors import DataError
+from ampkit.precision.devices import non_blocking_copy
 
 __all__ = ["ByteCorpus", "CorpusWindows", "load_corpus", "stdlib_corpus_bytes"]
 
@@ -183,7 +184,7 @@ class ByteCorpus:
         )[rank * batch_size : (rank + 1) * batch_size]
         offsets = torch.arange(seq_len + 1)
         windows = self.tokens[starts[:, None] + offsets].long()
-        non_blocking = torch.device(device).type == "cuda"
+        non_blocking = non_blocking_copy(torch.device(device))
         if non_blocking:
             windows = windows.pin_memory()
         windows = windows.to(device, non_blocking=non_blocking)

@@ -4,7 +4,10 @@
 ``torch.amp.GradScaler.unscale_``: one pass over a list of gradients that multiplies them by
 ``inv_scale`` and sets ``found_inf`` when any value is inf or NaN. It has kept its signature
 since torch 1.6; ``tests/test_kernels.py`` checks it against a plain-torch reference so a change
-in a future release fails loudly here rather than silently in training.
+in a future release fails loudly here rather than silently in training. Where the kernel is
+missing or unsafe (Apple MPS before torch 2.8, and MPS fp16/bf16 gradients:
+:func:`ampkit.precision.devices.fused_unscale_supported`), :func:`unscale_plain_` does the
+same with ordinary ops.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from collections.abc import Iterable
 
 import torch
 
-__all__ = ["unscale_and_check_"]
+from ampkit.precision.devices import fused_unscale_supported
+
+__all__ = ["unscale_and_check_", "unscale_plain_"]
 
 
 def _grad_views(params: Iterable[torch.Tensor]) -> dict[torch.device, dict[torch.dtype, list]]:
@@ -37,6 +42,15 @@ def _grad_views(params: Iterable[torch.Tensor]) -> dict[torch.device, dict[torch
 
 
 @torch.no_grad()
+def unscale_plain_(grads: list[torch.Tensor], flag: torch.Tensor, inv: torch.Tensor) -> None:
+    """What the fused kernel does, with ordinary ops: ``grads *= inv`` (in fp32, cast back)
+    and ``flag = 1.0`` when any gradient holds an inf or NaN. No host synchronisation."""
+    for grad in grads:
+        flag.copy_(torch.maximum(flag, (~torch.isfinite(grad)).any().to(flag.dtype)))
+        grad.copy_(grad.float() * inv)
+
+
+@torch.no_grad()
 def unscale_and_check_(
     params: Iterable[torch.Tensor], inv_scale: float
 ) -> dict[torch.device, torch.Tensor]:
@@ -49,7 +63,10 @@ def unscale_and_check_(
     for device, by_dtype in _grad_views(params).items():
         flag = torch.zeros((), dtype=torch.float32, device=device)
         inv = torch.full((), inv_scale, dtype=torch.float32, device=device)
-        for grads in by_dtype.values():
-            torch._amp_foreach_non_finite_check_and_unscale_(grads, flag, inv)
+        for dtype, grads in by_dtype.items():
+            if fused_unscale_supported(device, dtype):
+                torch._amp_foreach_non_finite_check_and_unscale_(grads, flag, inv)
+            else:
+                unscale_plain_(grads, flag, inv)
         found[device] = flag
     return found

@@ -23,7 +23,14 @@ from ampkit.errors import (
     PrecisionWarning,
     UnsupportedPrecisionError,
 )
-from ampkit.precision.hardware import HardwareInfo, fp8_capable, probe, torchao_importable
+from ampkit.precision import devices
+from ampkit.precision.hardware import (
+    HardwareInfo,
+    fp8_capable,
+    probe,
+    rocm_arch,
+    torchao_importable,
+)
 
 __all__ = [
     "FP8_RECIPES",
@@ -137,44 +144,54 @@ class Policy:
         return f"{self.precision} on {self.device}{tf32}: {self.reason}"
 
 
+_DEVICE_NAMES = "'cpu', 'cuda' or 'cuda:N' (NVIDIA, or AMD under ROCm), 'mps' or 'xpu'/'xpu:N'"
+
+
+def _usable_here() -> str:
+    """The device names this machine can run, for "what to use" in a message."""
+    names = ["'cpu'"]
+    for kind in devices.ACCELERATORS:
+        if devices.is_available(kind):
+            names.append(f"'{kind}'")
+    return ", ".join(names)
+
+
 def resolve_device(device: torch.device | str | None = None) -> torch.device:
-    """``None`` means the current CUDA device when one is available, else the CPU.
+    """``None`` means the current CUDA (or ROCm) device when one is available, else the
+    current Intel XPU, else Apple MPS, else the CPU (:func:`~ampkit.precision.devices.default_device`).
 
     Raises:
-        ConfigurationError: ``device`` is not a device name, names CUDA where this PyTorch
-            build or machine has none (or not that many devices), or is ``meta`` (no data).
+        ConfigurationError: ``device`` is not a device name, names a backend (CUDA/ROCm, XPU,
+            MPS) this PyTorch build or machine lacks (or more devices than are visible), or is
+            ``meta`` (no data). The message says what is usable here.
     """
     if device is None:
-        if torch.cuda.is_available():
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        return devices.default_device()
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ConfigurationError(
-            f"device: {device!r} is not a device name. Use 'cpu', 'cuda' or 'cuda:N'."
+            f"device: {device!r} is not a device name. Use {_DEVICE_NAMES}."
         ) from exc
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            why = (
-                f"this PyTorch build ({torch.__version__}) has no CUDA support"
-                if torch.version.cuda is None
-                else "no CUDA device is visible (check the driver and CUDA_VISIBLE_DEVICES)"
-            )
+    if dev.type in devices.ACCELERATORS:
+        if not devices.is_available(dev.type):
             raise ConfigurationError(
-                f"device: {device!r} was requested, but {why}. Use 'cpu', or run on a machine "
-                "with a CUDA GPU and a CUDA build of PyTorch."
+                f"device: {device!r} was requested, but {devices.unavailable_reason(dev.type)}. "
+                f"Use a device this machine has: {_usable_here()}."
             )
-        count = torch.cuda.device_count()
+        count = devices.device_count(dev.type)
         if dev.index is not None and dev.index >= count:
+            last = (
+                f"'{dev.type}:0'" if count == 1 else f"'{dev.type}:0' to '{dev.type}:{count - 1}'"
+            )
             raise ConfigurationError(
-                f"device: {device!r} was requested, but only {count} CUDA device(s) are "
-                f"visible. Use 'cuda:0' to 'cuda:{count - 1}'."
+                f"device: {device!r} was requested, but only {count} {dev.type} device(s) are "
+                f"visible. Use {last}."
             )
     if dev.type == "meta":
         raise ConfigurationError(
             f"device: {device!r} tensors hold no data, so nothing can be trained or measured "
-            "on them. Use 'cpu', 'cuda' or 'cuda:N'."
+            f"on them. Use {_DEVICE_NAMES}."
         )
     return dev
 
@@ -193,10 +210,58 @@ def _canonical(precision: str) -> Precision | Literal["auto"]:
     )
 
 
-def _auto(hw: HardwareInfo) -> tuple[Precision, str]:
-    if hw.cuda_capability is not None:
+def _where(hw: HardwareInfo) -> str:
+    """The device as a message names it: its name and what identifies its generation."""
+    backend = hw.backend
+    if backend == "rocm" and hw.gpu_arch is not None:
+        arch = rocm_arch(hw.gpu_arch)
+        base = hw.gpu_arch.split(":", 1)[0]
+        return f"{hw.name} (AMD {base}, {arch.family})" if arch else f"{hw.name} (AMD {base})"
+    if backend == "cuda" and hw.cuda_capability is not None:
         major, minor = hw.cuda_capability
-        cc = f"{hw.name} (compute capability {major}.{minor})"
+        return f"{hw.name} (compute capability {major}.{minor})"
+    if backend == "mps":
+        return f"{hw.name} (Apple MPS)"
+    if backend == "xpu":
+        return f"{hw.name} (Intel XPU)"
+    return hw.name
+
+
+def _rocm_bf16(hw: HardwareInfo) -> bool | None:
+    """bf16 on an AMD GPU: from the gfx architecture, else what torch reported."""
+    arch = rocm_arch(hw.gpu_arch) if hw.gpu_arch is not None else None
+    return arch.bf16 if arch is not None else hw.cuda_bf16
+
+
+def _auto_rocm(hw: HardwareInfo) -> tuple[Precision, str]:
+    where = _where(hw)
+    arch = rocm_arch(hw.gpu_arch or "")
+    if arch is not None and arch.bf16:
+        extra = (
+            " (fp16 runs twice as fast there but needs loss scaling: ask for fp16 explicitly)"
+            if hw.gpu_arch is not None and hw.gpu_arch.startswith("gfx908")
+            else ""
+        )
+        return "bf16", f"{where} has {arch.note}, so bf16 autocast needs no loss scaling{extra}."
+    if arch is not None:
+        return "fp16", (f"{where} has {arch.note}, so fp16 autocast with dynamic loss scaling.")
+    if hw.cuda_bf16:
+        return "bf16", (
+            f"{where}: ampkit has no rule for this architecture, but torch reports bf16 "
+            "support, so bf16 autocast (no loss scaling)."
+        )
+    return "fp32", (
+        f"{where}: ampkit has no rule for this architecture and torch reports no bf16: fp32."
+    )
+
+
+def _auto(hw: HardwareInfo) -> tuple[Precision, str]:
+    backend = hw.backend
+    if backend == "rocm":
+        return _auto_rocm(hw)
+    if backend == "cuda" and hw.cuda_capability is not None:
+        major, _ = hw.cuda_capability
+        cc = _where(hw)
         if major >= 8:
             return "bf16", f"{cc} has bf16 tensor cores, so bf16 autocast needs no loss scaling."
         if major == 7:
@@ -205,6 +270,25 @@ def _auto(hw: HardwareInfo) -> tuple[Precision, str]:
                 "loss scaling."
             )
         return "fp32", f"{cc} has no tensor cores, so low precision would not be faster: fp32."
+    if backend == "mps":
+        bf16 = (
+            "bf16 is accepted when asked for"
+            if hw.mps_bf16 is not False
+            else "bf16 would need macOS 14+ and torch 2.6+"
+        )
+        return "fp16", (
+            f"{_where(hw)}: every Apple GPU computes fp16 natively and torch's MPS autocast "
+            f"runs it, so fp16 autocast with dynamic loss scaling (fp16's narrow exponent needs "
+            f"it on any device; TF32 does not apply); {bf16}."
+        )
+    if backend == "xpu":
+        if hw.xpu_bf16:
+            return "bf16", f"{_where(hw)} supports bf16, so bf16 autocast needs no loss scaling."
+        if hw.xpu_fp16 is not False:
+            return "fp16", (
+                f"{_where(hw)} has fp16 but no bf16, so fp16 autocast with dynamic loss scaling."
+            )
+        return "fp32", f"{_where(hw)} has neither bf16 nor fp16: fp32."
     if hw.device.type == "cpu":
         if hw.cpu_native_bf16:
             return "bf16", f"{hw.name} has native bf16 instructions (AVX512-BF16/AMX): bf16."
@@ -215,20 +299,33 @@ def _auto(hw: HardwareInfo) -> tuple[Precision, str]:
     return "fp32", f"no mixed-precision rules are known for device type {hw.device.type!r}: fp32."
 
 
+_FP8_WHERE = (
+    "fp8 trains on NVIDIA compute capability 8.9+ (Ada, Hopper, Blackwell) and AMD MI300 "
+    "(gfx940-942) / MI350 (gfx950) GPUs"
+)
+
+
 def _fp8(hw: HardwareInfo, spelled: str, emulate: bool) -> str:
     """Whether fp8 runs on ``hw``: refuse with the reason, or say why it was accepted."""
-    where = hw.name
-    if hw.cuda_capability is not None:
-        where = f"{hw.name} (compute capability {hw.cuda_capability[0]}.{hw.cuda_capability[1]})"
+    where = _where(hw)
+    backend = hw.backend
     if emulate:
         reason = f"fp8 was requested with emulate=True: torchao emulates the fp8 matmuls on {where} (numerics only, no speed-up)."
-    elif hw.device.type == "cuda" and fp8_capable(hw):
-        reason = f"fp8 was requested explicitly; {where} has fp8 tensor cores."
-    elif hw.device.type == "cuda":
+    elif backend in ("cuda", "rocm") and fp8_capable(hw):
+        kind = "tensor cores" if backend == "cuda" else "matrix cores"
+        reason = f"fp8 was requested explicitly; {where} has fp8 {kind}."
+    elif backend == "cuda":
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs fp8 tensor cores, but {where} has none; fp8 needs "
             "compute capability 8.9 or newer (Ada, Hopper, Blackwell) or an MI300. "
             "Use bf16 on this GPU."
+        )
+    elif backend == "rocm":
+        fallback = _auto(hw)[0]
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} needs fp8 matrix cores that torchao trains with, but "
+            f"{where} has none; on AMD GPUs torchao's fp8 training runs on MI300 (gfx940-942) "
+            f"and MI350 (gfx950) only. Use {fallback} on this GPU (what 'auto' picks)."
         )
     elif hw.device.type == "cpu":
         raise UnsupportedPrecisionError(
@@ -236,6 +333,13 @@ def _fp8(hw: HardwareInfo, spelled: str, emulate: bool) -> str:
             "trains on CUDA compute capability 8.9+ or MI300 GPUs; on a CPU only torchao's "
             "emulation runs (numerics, no speed-up): pass emulate=True for tests, or use bf16 "
             "or fp32."
+        )
+    elif backend in ("mps", "xpu"):
+        fallback = _auto(hw)[0]
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} on {where}: torchao's fp8 training has no kernels for "
+            f"{'Apple' if backend == 'mps' else 'Intel'} GPUs; {_FP8_WHERE}. Use {fallback} "
+            "here (what 'auto' picks), or emulate=True for numerics-only tests."
         )
     else:
         raise UnsupportedPrecisionError(
@@ -254,12 +358,38 @@ def _fp8(hw: HardwareInfo, spelled: str, emulate: bool) -> str:
 
 
 def _explicit(precision: Precision, hw: HardwareInfo, spelled: str) -> str:
-    if precision in ("bf16", "bf16-true") and hw.cuda_bf16 is False:
+    backend = hw.backend
+    wants_bf16 = precision in ("bf16", "bf16-true")
+    if wants_bf16 and backend == "cuda" and hw.cuda_bf16 is False:
         major, minor = hw.cuda_capability or (0, 0)
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs bf16 support, but {hw.name} (compute capability "
             f"{major}.{minor}) has none; bf16 needs compute capability 8.0 or newer. "
             "Use fp16 (with loss scaling) or fp32."
+        )
+    if wants_bf16 and backend == "rocm" and _rocm_bf16(hw) is False:
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} needs bf16 matrix instructions, but {_where(hw)} has "
+            "none; on AMD GPUs bf16 runs on MI100 (gfx908) and newer CDNA GPUs and on RDNA3+ "
+            "(gfx11xx, gfx12xx). Use fp16 (with loss scaling) or fp32."
+        )
+    if wants_bf16 and backend == "mps" and hw.mps_bf16 is False:
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} on {_where(hw)}: bf16 on MPS needs macOS 14 or newer and "
+            f"torch 2.6 or newer (this is torch {torch.__version__}). Upgrade macOS/torch, or "
+            "use fp16 (with loss scaling) or fp32."
+        )
+    if wants_bf16 and backend == "xpu" and hw.xpu_bf16 is False:
+        fp16 = "fp16 (with loss scaling) or fp32" if hw.xpu_fp16 is not False else "fp32"
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} needs bf16 support, but {_where(hw)} has none "
+            f"(has_bfloat16_conversions is False). Use {fp16}."
+        )
+    if precision == "fp16" and backend == "xpu" and hw.xpu_fp16 is False:
+        other = "bf16 or fp32" if hw.xpu_bf16 else "fp32"
+        raise UnsupportedPrecisionError(
+            f"precision: {spelled!r} needs fp16 support, but {_where(hw)} has none "
+            f"(has_fp16 is False). Use {other}."
         )
     if precision == "fp16" and hw.device.type == "cpu":
         warnings.warn(
@@ -277,7 +407,16 @@ def _explicit(precision: Precision, hw: HardwareInfo, spelled: str) -> str:
             f"{precision} was requested explicitly; {hw.name} has no native bf16, so it may be "
             "slower than fp32."
         )
+    if backend in ("rocm", "mps", "xpu"):
+        scaled = " with dynamic loss scaling" if precision == "fp16" else ""
+        return f"{precision} was requested explicitly{scaled}; {_where(hw)} runs it."
     return f"{precision} was requested explicitly."
+
+
+def _has_tf32(hw: HardwareInfo) -> bool:
+    """TF32 tensor cores: NVIDIA compute capability 8.0+ only (ROCm's capability numbers are
+    gfx numbers; MPS, XPU and CPUs have no TF32 switch in torch)."""
+    return hw.backend == "cuda" and hw.cuda_capability is not None and hw.cuda_capability[0] >= 8
 
 
 def resolve_precision(
@@ -291,7 +430,9 @@ def resolve_precision(
     """Decide the training precision for ``device``.
 
     ``"auto"`` picks from the hardware: bf16 on CUDA compute capability >= 8.0, fp16 with loss
-    scaling on 7.x, fp32 on older GPUs; bf16 on CPUs with native bf16, else fp32. It never picks
+    scaling on 7.x, fp32 on older GPUs; on AMD GPUs (ROCm) by gfx architecture, bf16 from MI100
+    and RDNA3 on; fp16 with loss scaling on Apple GPUs (MPS); bf16, else fp16, on Intel GPUs
+    (XPU); bf16 on CPUs with native bf16, else fp32 (docs/engine.md has the tables). It never picks
     fp16 on a CPU, and never fp8 or bf16-true (they change more than the autocast dtype).
     Explicit choices are honoured unless the hardware cannot run them.
 
@@ -306,8 +447,9 @@ def resolve_precision(
     Raises:
         ConfigurationError: ``precision`` is not a known name (the message lists them), or
             ``emulate`` with a precision other than fp8.
-        UnsupportedPrecisionError: bf16/bf16-true on a CUDA device without bf16; fp8 on a GPU
-            below compute capability 8.9 (not MI300), or on a CPU without ``emulate=True``.
+        UnsupportedPrecisionError: bf16/bf16-true (or fp16) on a device without it; fp8 on a
+            GPU below compute capability 8.9, an AMD GPU other than MI300/MI350, an Apple or
+            Intel GPU, or a CPU, without ``emulate=True``.
         MissingDependencyError: fp8 without torchao installed.
 
     Warns:
@@ -327,7 +469,7 @@ def resolve_precision(
         chosen, reason = wanted, _fp8(hw, precision, emulate)
     else:
         chosen, reason = wanted, _explicit(wanted, hw, precision)
-    has_tf32 = hw.cuda_capability is not None and hw.cuda_capability[0] >= 8
+    has_tf32 = _has_tf32(hw)
     if tf32 and not has_tf32:
         raise UnsupportedPrecisionError(
             f"tf32: TF32 was requested, but {hw.name} has no TF32 tensor cores "

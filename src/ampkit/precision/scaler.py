@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from ampkit.errors import ConfigurationError, NonFiniteTrainingError, ScalerStateError
+from ampkit.precision import devices
 from ampkit.precision._kernels import unscale_and_check_
 from ampkit.precision._scaler_rules import STATE_KEYS, settings_problem, state_problem
 
@@ -263,9 +264,8 @@ class LossScaler:
             if not distributed:
                 return False
             # This rank has no gradients but must still take part in the collective.
-            on_cuda = dist.get_backend(self.process_group) == "nccl"
-            device = torch.device("cuda", torch.cuda.current_device()) if on_cuda else None
-            found = {device or torch.device("cpu"): torch.zeros((), device=device)}
+            device = devices.collective_device(dist.get_backend(self.process_group))
+            found = {device: torch.zeros((), device=device)}
         first = next(iter(found.values()))
         total = torch.stack([flag.to(first.device) for flag in found.values()]).amax()
         if distributed:

@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ampkit.errors import ConfigurationError
+from ampkit.precision.devices import loader_defaults
 
 __all__ = ["ResumableSampler", "build_loader", "permuted"]
 
@@ -144,9 +145,9 @@ def build_loader(
     ``min(4, cpus // 2)`` on CUDA and 0 on CPU (worker processes would compete with the
     training threads for the same cores), incomplete last batches dropped.
     """
-    on_cuda = device.type == "cuda"
+    on_cuda, default_workers = loader_defaults(device, os.cpu_count() or 2)
     if num_workers is None:
-        num_workers = min(4, (os.cpu_count() or 2) // 2) if on_cuda else 0
+        num_workers = default_workers
     sampler = ResumableSampler(
         cast(Sized, dataset),  # a map-style Dataset has __len__; torch's type lacks it
         rank=rank,

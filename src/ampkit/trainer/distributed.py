@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ampkit.errors import ConfigurationError
+from ampkit.precision import devices
 from ampkit.precision.policy import Policy
 
 __all__ = [
@@ -85,9 +86,8 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
             "`torchrun --nproc_per_node=N -m ampkit train ...` (or `ampkit train --nproc N`)."
         )
     rank, local = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    backend = "nccl" if device_type == "cuda" else "gloo"
-    if device_type == "cuda":
-        torch.cuda.set_device(local)
+    backend = devices.distributed_backend(device_type)
+    devices.set_current_device(device_type, local)
     dist.init_process_group(
         backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s)
     )
@@ -139,7 +139,7 @@ def wrap_model(model: nn.Module, strategy: Strategy, ctx: DistContext, policy: P
     if strategy in ("auto", "ddp"):
         from torch.nn.parallel import DistributedDataParallel
 
-        device_ids = [ctx.local_rank] if policy.device.type == "cuda" else None
+        device_ids = devices.ddp_device_ids(policy.device, ctx.local_rank)
         return DistributedDataParallel(model, device_ids=device_ids)
     if strategy == "fsdp":
         fully_shard, _ = fsdp2_api()

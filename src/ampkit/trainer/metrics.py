@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import resource
-import sys
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
+
+from ampkit.precision.devices import peak_memory, reset_peak_memory
 
 __all__ = ["StepMetrics", "Throughput", "peak_memory", "reset_peak_memory"]
 
@@ -148,22 +148,3 @@ class Throughput:
         """``(wall seconds, samples per second)`` over all logged intervals so far."""
         wall = self.wall_s
         return wall, (self.samples_total / wall if wall > 0 else 0.0)
-
-
-def reset_peak_memory(device: torch.device) -> None:
-    """Start a new peak-memory window on CUDA (the CPU's peak RSS cannot be reset)."""
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_memory(device: torch.device) -> tuple[int, str]:
-    """Peak memory in bytes and what was measured.
-
-    CUDA: ``torch.cuda.max_memory_allocated`` (tensors only, since the last reset).
-    CPU: the process's peak resident set size (everything the process ever held).
-    """
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "CUDA max_memory_allocated"
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB on Linux
-    return rss * scale, "process peak RSS"

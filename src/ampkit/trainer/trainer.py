@@ -41,6 +41,7 @@ from ampkit.errors import (
     StorageError,
 )
 from ampkit.precision.batches import batch_loss, batch_size_of
+from ampkit.precision.devices import fork_rng, peak_memory, reset_peak_memory
 from ampkit.precision.engine import MixedPrecision, StepResult
 from ampkit.precision.policy import Policy, resolve_device
 from ampkit.precision.scaler import LossScaler
@@ -67,7 +68,7 @@ from ampkit.trainer.low_precision import (
     plan_fp8,
     with_lost_updates,
 )
-from ampkit.trainer.metrics import Throughput, peak_memory, reset_peak_memory
+from ampkit.trainer.metrics import Throughput
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
 
@@ -213,8 +214,8 @@ class Trainer:
             strategy=strategy,
         )
         self.dist: DistContext = init_distributed(resolve_device(device).type)
-        if device is None and torch.cuda.is_available():
-            device = torch.device("cuda", self.dist.local_rank)
+        if device is None and resolve_device(None).type in ("cuda", "xpu"):
+            device = torch.device(resolve_device(None).type, self.dist.local_rank)
         self.mp = MixedPrecision(
             precision,
             device,
@@ -647,8 +648,7 @@ class Trainer:
     def _evaluate_forked(self, data: Iterable[Any]) -> float:
         """:meth:`evaluate` with the RNG streams restored afterwards, so that evaluating
         (a shuffling loader, say) leaves the training run exactly as without it."""
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
+        with fork_rng(self.device):
             return self.evaluate(data)
 
     @torch.no_grad()
