@@ -120,6 +120,7 @@ def test_the_gpt_workload_is_the_gpt_of_build_model():
     assert torch.equal(x, built.batch(1)[0]) and torch.equal(y, built.batch(1)[1])
     assert torch.equal(w.loss(w.model, x, y), built.loss(built.model, (x, y)))
     assert w.flops_per_step == built.flops_per_step and w.description == built.description
+    assert load_workload(w) is w and isinstance(load_workload(built), Workload)
 
 
 def test_dict_inputs_and_logits_outputs_train_through_the_workload(user_models, monkeypatch):
