@@ -32,9 +32,18 @@ class AmpkitError(Exception):
 
     Attributes:
         exit_code: the process exit status the command line uses for this error.
+        argument: the argument the message starts with (``"model"`` for ``"model: ..."``), or
+            None. The command line shows it as its flag (``--model: ...``); library messages
+            name arguments, never flags.
     """
 
     exit_code: int = 1
+    argument: str | None = None
+
+    def __init__(self, *args: object, argument: str | None = None) -> None:
+        super().__init__(*args)
+        if argument is not None:
+            self.argument = argument
 
 
 class ConfigurationError(AmpkitError, ValueError):

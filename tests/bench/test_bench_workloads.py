@@ -7,6 +7,8 @@ import torch
 
 from ampkit.bench.workloads import Workload, convnet_workload, gpt_workload, load_workload
 from ampkit.errors import ConfigurationError
+from ampkit.models.built import BuiltModel
+from ampkit.models.resolve import build_model
 
 
 def test_gpt_batches_are_deterministic_tokens():
@@ -39,18 +41,23 @@ def test_factory_with_float_targets_uses_mse(user_models):
     torch.testing.assert_close(w.loss(w.model, x, y), expected)
 
 
-def test_factory_returning_a_workload_is_used_as_is(user_models, monkeypatch):
+def test_factory_returning_a_built_model_is_used_as_is(user_models, monkeypatch):
     import bench_models
 
-    made = Workload(
+    made = BuiltModel(
         name="mine",
         model=torch.nn.Linear(2, 2),
         batch=lambda s: (torch.ones(1, 2), torch.zeros(1, dtype=torch.long)),
-        loss=lambda m, x, y: m(x).sum(),
+        loss_fn=lambda out, y: out.sum(),
         items_per_step=1,
+        batch_size=1,
+        make_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
     )
     monkeypatch.setattr(bench_models, "mine", lambda: made, raising=False)
-    assert load_workload("bench_models:mine") is made
+    workload = load_workload("bench_models:mine")
+    assert workload.built is made and workload.make_optimizer is made.make_optimizer
+    x, y = workload.batch(0)
+    assert torch.equal(workload.loss(made.model, x, y), made.model(x).sum())
 
 
 @pytest.mark.parametrize(
@@ -65,24 +72,55 @@ def test_factory_returning_a_workload_is_used_as_is(user_models, monkeypatch):
     ],
 )
 def test_bad_specs_raise_configuration_errors(user_models, spec, needle):
-    with pytest.raises(ConfigurationError, match="--model") as info:
+    with pytest.raises(ConfigurationError, match="^model: ") as info:
         load_workload(spec)
-    assert needle in str(info.value)
+    assert needle in str(info.value) and info.value.argument == "model"
 
 
-def test_workload_fields_are_validated_and_named():
+def test_built_model_fields_are_validated_and_named():
     with pytest.raises(ConfigurationError) as info:
-        Workload(
+        BuiltModel(
             name="",
             model=torch.nn.Linear(2, 2),
             batch=lambda s: (torch.ones(1, 2), None),
-            loss=lambda m, x, y: m(x).sum(),
             items_per_step=0,
+            batch_size=True,
         )
     message = str(info.value)
     assert "name must be a non-empty string" in message
     assert "items_per_step must be an integer >= 1" in message
-    assert "Required fields: name, model, batch, loss, items_per_step" in message
+    assert "batch_size must be an integer >= 1" in message
+    assert "Required fields: name, model, batch, items_per_step, batch_size" in message
+
+
+def test_dict_batches_are_inputs_without_targets(user_models, monkeypatch):
+    import bench_models
+
+    class LossNet(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 1)
+
+        def forward(self, features, labels):
+            return {"loss": (self.fc(features).squeeze(-1) - labels).pow(2).mean()}
+
+    batch = {"features": torch.ones(4, 3), "labels": torch.zeros(4)}
+    monkeypatch.setattr(bench_models, "loss_net", lambda: (LossNet(), batch), raising=False)
+    w = load_workload("bench_models:loss_net")
+    inputs, targets = w.batch(0)
+    assert targets is None and inputs is batch
+    expected = w.model(**batch)["loss"]
+    assert torch.equal(w.loss(w.model, inputs, targets), expected)
+
+
+def test_the_gpt_workload_is_the_gpt_of_build_model():
+    w = load_workload("gpt", batch_size=2)
+    built = build_model("gpt", batch_size=2)
+    x, y = w.batch(1)
+    assert torch.equal(x, built.batch(1)[0]) and torch.equal(y, built.batch(1)[1])
+    assert torch.equal(w.loss(w.model, x, y), built.loss(built.model, (x, y)))
+    assert w.flops_per_step == built.flops_per_step and w.description == built.description
+    assert load_workload(w) is w and isinstance(load_workload(built), Workload)
 
 
 def test_dict_inputs_and_logits_outputs_train_through_the_workload(user_models, monkeypatch):

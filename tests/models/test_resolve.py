@@ -114,15 +114,16 @@ def test_logits_loss_flattens_sequences_and_ignores_minus_100():
         ("nonexistent_pkg_xyz:build", "cannot import module 'nonexistent_pkg_xyz'"),
     ],
 )
-def test_bad_specs_name_the_flag_and_the_forms(spec, needle):
-    with pytest.raises(ConfigurationError, match="--model") as info:
+def test_bad_specs_name_the_argument_and_the_forms(spec, needle):
+    with pytest.raises(ConfigurationError, match="^model: ") as info:
         build_model(spec)
-    assert needle in str(info.value)
+    assert needle in str(info.value) and info.value.argument == "model"
 
 
 def test_batch_size_is_validated():
-    with pytest.raises(ConfigurationError, match="--batch-size"):
+    with pytest.raises(ConfigurationError, match="^batch_size: 0 is invalid") as info:
         build_model("gpt", batch_size=0)
+    assert info.value.argument == "batch_size"
 
 
 @needs_transformers

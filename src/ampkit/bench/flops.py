@@ -44,11 +44,9 @@ def gpt_train_flops(model: nn.Module, batch_size: int, seq_len: int) -> float:
     ``model`` must have ``config.n_layer`` and ``config.n_embd`` (the built-in
     :class:`~ampkit.models.gpt.GPT` does).
     """
-    config: Any = getattr(model, "config")  # noqa: B009 (a GPTConfig; Module has no such attr)
-    matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
-    tokens = batch_size * seq_len
-    attention = 12 * config.n_layer * config.n_embd * seq_len
-    return float((6 * matmul_params + attention) * tokens)
+    from ampkit.models.gpt import train_flops
+
+    return train_flops(model, batch_size, seq_len)
 
 
 def count_train_flops(step: Callable[[], Any]) -> float:

@@ -26,6 +26,7 @@ from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
 from ampkit.bench.timing import MIN_ROUNDS, Timings, matmul_probe, run_interleaved
 from ampkit.bench.workloads import Workload, load_workload
 from ampkit.errors import ConfigurationError, PrecisionWarning
+from ampkit.models.built import BuiltModel
 from ampkit.precision import devices
 from ampkit.precision.devices import peak_memory
 from ampkit.precision.engine import MixedPrecision
@@ -145,7 +146,7 @@ def _variant_specs(
 
 
 def run_bench(
-    model: str | Workload = "gpt",
+    model: str | BuiltModel | Workload = "gpt",
     precisions: Sequence[str] | None = None,
     *,
     device: torch.device | str | None = None,
@@ -167,7 +168,8 @@ def run_bench(
 
     Args:
         model: a ``--model`` string (``"gpt"``, ``"convnet"``, ``"hf:gpt2"``, ``"timm:resnet18"``,
-            ``"package.module:factory"``; see :mod:`ampkit.models.resolve`) or a :class:`Workload`.
+            ``"package.module:factory"``; see :mod:`ampkit.models.resolve`), a
+            :class:`~ampkit.models.built.BuiltModel` or its :class:`Workload`.
         precisions: precisions to compare (aliases and ``auto`` accepted); fp32 is always
             added as the baseline. None: :func:`default_precisions` for the device.
         device: ``cpu``, ``cuda``, ``cuda:N``; None picks CUDA when available.
@@ -197,7 +199,7 @@ def run_bench(
     requested = list(precisions) if precisions else default_precisions(hardware)
     policies, notes = _resolve_all(requested, dev)
     with torch.random.fork_rng(devices=[]):
-        workload = model if isinstance(model, Workload) else load_workload(model, batch_size)
+        workload = load_workload(model, batch_size)
     first_inputs, _ = workload.batch(0)
     dims = sorted({t.dim() for t in iter_tensors(first_inputs)})
     if channels_last and 4 not in dims:

@@ -73,7 +73,7 @@ class _AmpkitGroup(click.Group):
                 warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
                 return super().invoke(ctx)
         except AmpkitError as exc:
-            _fail(str(exc), exc.exit_code)
+            _fail(_spoken_as_flag(exc), exc.exit_code)
         except OSError as exc:
             if exc.errno not in _STORAGE_ERRNOS:
                 raise
@@ -99,6 +99,17 @@ def _show_warning(
         return
     if _is_reporting_rank():
         click.echo(f"ampkit: warning: {message}", err=True)
+
+
+def _spoken_as_flag(exc: AmpkitError) -> str:
+    """The error's message with the argument it starts with spoken as its flag: a library
+    error ``model: ...`` raised with ``argument="model"`` reads ``--model: ...`` here."""
+    message = str(exc)
+    argument = exc.argument
+    if argument and message.startswith(f"{argument}: "):
+        flag = "--" + argument.replace("_", "-")
+        return flag + message[len(argument) :]
+    return message
 
 
 def _usage_line(exc: click.UsageError) -> str:

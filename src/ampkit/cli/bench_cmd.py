@@ -26,7 +26,8 @@ __all__ = ["bench"]
     "from its config, random weights: hf:gpt2, hf:bert-base-uncased, hf:t5-small; add :tiny "
     "for 2 layers, :seq_len=N), timm:<name>, or package.module:factory (from the current "
     "folder), a function returning (model, batch), (model, inputs, targets) or an "
-    "ampkit.bench.Workload.",
+    "ampkit.models.resolve.BuiltModel. gpt is the same model in every command (2 layers, "
+    "width 128, 128-byte context).",
 )
 @click.option(
     "--device",

@@ -12,6 +12,25 @@ if TYPE_CHECKING:
 __all__ = ["export"]
 
 
+class _FormatChoice(click.Choice):
+    """``--format``'s choices: the names registered in :mod:`ampkit.deploy.formats`, read when
+    click first needs them (importing ``ampkit.deploy`` imports torch, which ``ampkit --help``
+    and the other commands should not pay for)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        from ampkit.deploy.formats import format_names
+
+        return format_names()
+
+    @choices.setter
+    def choices(self, value: object) -> None:  # click.Choice.__init__ assigns; the registry rules
+        pass
+
+
 @click.command("export")
 @click.option(
     "--model",
@@ -19,7 +38,7 @@ __all__ = ["export"]
     default="gpt",
     show_default=True,
     metavar="gpt|MODULE:FACTORY",
-    help="gpt: the built-in GPT; hf:NAME, timm:NAME or convnet (random weights, no download); or package.module:factory returning (model, example_inputs).",
+    help="gpt: the built-in GPT (the gpt of every command: 2 layers, width 128, 128-byte context; with --checkpoint, the trained one); hf:NAME, timm:NAME or convnet (random weights, no download); or package.module:factory returning (model, example_inputs).",
 )
 @click.option(
     "--checkpoint",
@@ -37,10 +56,11 @@ __all__ = ["export"]
 @click.option(
     "--format",
     "format_",
-    type=click.Choice(["onnx", "torch-export"]),
+    type=_FormatChoice(),
     default="onnx",
     show_default=True,
-    help="onnx (torch's dynamo exporter) or torch-export (ExportedProgram under autocast).",
+    help="onnx (torch's dynamo exporter) or torch-export (ExportedProgram under autocast); "
+    "the formats registered in ampkit.deploy.formats.",
 )
 @click.option(
     "--out",

@@ -10,66 +10,48 @@ The steps, each one in its own module:
 1. :mod:`~ampkit.deploy.signature`: the inputs and outputs as flat, named tensors; the fp32
    reference outputs on the example inputs and a few more parity batches.
 2. :mod:`~ampkit.deploy.islands`: the modules to keep in fp32 (the doctor's, or yours).
-3. :mod:`~ampkit.deploy.capture`: ``torch.export``, then (ONNX) torch's dynamo exporter.
-4. :mod:`~ampkit.deploy.lowering`: the fp16/bf16 graph with its fp32 block-list;
-   :mod:`~ampkit.deploy.dtypes`: every node's inputs agree in dtype.
-   (torch-export: the program is captured under the precision's autocast instead.)
-5. :mod:`~ampkit.deploy.runtime` and :mod:`~ampkit.deploy.parity`: the serialized bytes are run
-   (ONNX Runtime CPU, or ``torch.export.load``) and compared with the fp32 reference.
-6. Only if parity passes is the file written: a temporary file in the target folder, fsynced,
+3. The format (:mod:`ampkit.deploy.formats`, one module per format, looked up by name) converts:
+   ``onnx``: :mod:`~ampkit.deploy.capture` (``torch.export``, then torch's dynamo exporter),
+   :mod:`~ampkit.deploy.lowering` (the fp16/bf16 graph with its fp32 block-list) and
+   :mod:`~ampkit.deploy.dtypes` (every node's inputs agree in dtype); ``torch-export``: the
+   program captured under the precision's autocast.
+4. The format runs the serialized bytes as a server would (:mod:`~ampkit.deploy.runtime`: ONNX
+   Runtime CPU, or ``torch.export.load``) and :mod:`~ampkit.deploy.parity` compares them with
+   the fp32 reference.
+5. Only if parity passes is the file written: a temporary file in the target folder, fsynced,
    renamed into place. A failed export leaves nothing at ``path``.
 """
 
 from __future__ import annotations
 
-import io
 import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
 from ampkit._files import atomic_write
-from ampkit.deploy.parity import TOLERANCES, ParityReport, Tolerance, compare
+from ampkit.deploy.formats import ExportFormat, get_format
+from ampkit.deploy.parity import TOLERANCES, ParityReport, Tolerance
 from ampkit.deploy.result import ExportResult
 from ampkit.deploy.signature import (
     FlatModel,
-    Signature,
     flatten_outputs,
     random_batches,
     resolve_signature,
 )
-from ampkit.errors import ConfigurationError, ExportError, ParityError
+from ampkit.errors import ConfigurationError, ParityError
 from ampkit.precision.policy import PRECISION_ALIASES
 
 __all__ = ["export"]
 
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-_FORMATS = ("onnx", "torch-export")
 
-
-class _Autocast(nn.Module):
-    """``model`` under ``torch.autocast`` in ``dtype``; floating outputs back to fp32 when
-    ``keep_io_types``."""
-
-    def __init__(self, model: nn.Module, dtype: torch.dtype, keep_io_types: bool) -> None:
-        super().__init__()
-        self.model = model
-        self.dtype = dtype
-        self.keep_io_types = keep_io_types
-
-    def forward(self, *flat: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        with torch.autocast("cpu", dtype=self.dtype):
-            outputs = self.model(*flat)
-        if self.keep_io_types:
-            return tuple(t.float() if t.is_floating_point() else t for t in outputs)
-        return outputs
-
-
-def _validate(model: nn.Module, precision: str, format: str, path: str | os.PathLike) -> str:
+def _validate(
+    model: nn.Module, precision: str, format: str, path: str | os.PathLike
+) -> tuple[str, ExportFormat]:
     if not isinstance(model, nn.Module):
         raise ConfigurationError(
             f"export: model is a {type(model).__name__}, not a torch.nn.Module. Pass the model."
@@ -79,10 +61,7 @@ def _validate(model: nn.Module, precision: str, format: str, path: str | os.Path
         raise ConfigurationError(
             f"export: precision {precision!r} is not exportable. Use fp16, bf16 or fp32."
         )
-    if format not in _FORMATS:
-        raise ConfigurationError(
-            f"export: format {format!r} is unknown. Use 'onnx' or 'torch-export'."
-        )
+    exporter = get_format(format)
     for name, param in [*model.named_parameters(), *model.named_buffers()]:
         if param.is_floating_point() and param.dtype != torch.float32:
             raise ConfigurationError(
@@ -91,7 +70,7 @@ def _validate(model: nn.Module, precision: str, format: str, path: str | os.Path
             )
     if Path(path).is_dir():
         raise ConfigurationError(f"export: {path} is a folder. Pass a file path to write.")
-    return canonical
+    return canonical, exporter
 
 
 def _reference(flat: FlatModel, batches: Sequence[Sequence[torch.Tensor]]):
@@ -100,42 +79,12 @@ def _reference(flat: FlatModel, batches: Sequence[Sequence[torch.Tensor]]):
     return [[t.float().numpy() if t.is_floating_point() else t.numpy() for t in o] for o in outputs]
 
 
-def _onnx_bytes(
-    flat: FlatModel,
-    signature: Signature,
-    output_names: Sequence[str],
-    precision: str,
-    keep: list[str],
-    keep_io_types: bool,
-    dynamic_shapes: Any,
-) -> tuple[bytes, int | None, dict[str, str], list[str]]:
-    from ampkit.deploy.capture import capture, to_onnx
-    from ampkit.deploy.dtypes import validate_dtypes
-    from ampkit.deploy.lowering import lower
-
-    proto = to_onnx(capture(flat, signature.inputs, dynamic_shapes), signature.names, output_names)
-    lowering = lower(proto, precision, keep, keep_io_types)
-    validate_dtypes(lowering.model)
-    notes = [f"constant clipped to the fp16 range: {c}" for c in lowering.clipped]
-    if lowering.repaired:
-        notes.append(
-            f"cast {lowering.repaired} fp32 input(s) of fp16 nodes that the fp16 converter left "
-            "fp32 (graph outputs also read inside the graph)"
-        )
-    if lowering.missing_modules:
-        notes.append(
-            f"keep_fp32 names matched no node of the graph: {', '.join(lowering.missing_modules)}"
-        )
-    data = lowering.model.SerializeToString()
-    return data, lowering.fp32_size, lowering.fp32_nodes, notes
-
-
 def export(
     model: nn.Module,
     example_inputs: Any,
     path: str | os.PathLike,
     precision: str = "fp16",
-    format: Literal["onnx", "torch-export"] = "onnx",
+    format: str = "onnx",
     keep_fp32: Sequence[str] | None = None,
     *,
     keep_io_types: bool = True,
@@ -153,8 +102,9 @@ def export(
         example_inputs: a tensor, a tuple of tensors (positional) or a dict (keywords).
         path: the file to write (``.onnx``, or ``.pt2`` for torch-export).
         precision: ``fp16``, ``bf16`` or ``fp32`` (or an alias such as ``float16``).
-        format: ``onnx`` (torch's dynamo exporter, then the low-precision graph) or
-            ``torch-export`` (an ``ExportedProgram`` under the precision's autocast).
+        format: a name of :data:`~ampkit.deploy.formats.FORMATS`: ``onnx`` (torch's dynamo
+            exporter, then the low-precision graph) or ``torch-export`` (an
+            ``ExportedProgram`` under the precision's autocast).
         keep_fp32: module names to keep in fp32 on top of the op block-list; ``None`` asks
             the doctor (:func:`ampkit.diagnose`) which modules overflow or lose precision.
         keep_io_types: keep the graph's floating inputs and outputs fp32.
@@ -179,7 +129,7 @@ def export(
             the table and nothing was written.
     """
     started = time.perf_counter()
-    precision = _validate(model, precision, format, path)
+    precision, exporter = _validate(model, precision, format, path)
     signature = resolve_signature(model, example_inputs)
     if isinstance(parity_batches, int):
         extra = random_batches(signature, parity_batches, seed)
@@ -208,32 +158,34 @@ def export(
             notes += doctor_notes
         else:
             kept = dict.fromkeys(keep_fp32, "user")
-        if format == "onnx":
-            data, fp32_size, fp32_nodes, lowering_notes = _onnx_bytes(
-                flat, signature, output_names, precision, list(kept), keep_io_types, dynamic_shapes
-            )
-            notes += lowering_notes
-        else:
-            data, fp32_size, fp32_nodes = _program_bytes(
-                flat, signature, precision, list(kept), keep_io_types, dynamic_shapes
-            )
+        converted = exporter.convert(
+            flat, signature, output_names, precision, list(kept), keep_io_types, dynamic_shapes
+        )
+        data = converted.data
+        notes += converted.notes
         parity: tuple[ParityReport, ...] = ()
         if check:
-            parity, parity_notes = _parity(data, format, precision, signature.names,
-                                           output_names, batches, reference,
-                                           tolerance or TOLERANCES[precision])  # fmt: skip
+            parity, parity_notes = exporter.run_parity(
+                data,
+                precision,
+                signature.names,
+                output_names,
+                batches,
+                reference,
+                tolerance or TOLERANCES[precision],
+            )
             notes += parity_notes
     finally:
         model.train(was_training)
     target = Path(path)
     result = ExportResult(
         path=str(target),
-        format=format,
+        format=exporter.name,
         precision=precision,
         size_bytes=len(data),
-        fp32_size_bytes=fp32_size,
+        fp32_size_bytes=converted.fp32_size,
         keep_fp32=kept,
-        fp32_nodes=fp32_nodes,
+        fp32_nodes=dict(converted.fp32_nodes),
         input_names=signature.names,
         output_names=output_names,
         parity=parity,
@@ -256,64 +208,3 @@ def export(
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, data)
     return result
-
-
-def _parity(data, format, precision, input_names, output_names, batches, reference, tolerance):
-    """One parity report per runtime, and notes: ONNX Runtime on every batch (the reference
-    evaluator where it has no bf16 kernels) plus, for fp16, the reference evaluator on the first
-    batch (ONNX Runtime's CPU provider computes fp16 nodes in fp32 and would hide an overflow);
-    when the reference evaluator cannot run the graph, a note says so instead."""
-    from ampkit.deploy.runtime import run_onnx, run_program, run_reference
-
-    if format != "onnx":
-        actual, runtime, notes = run_program(data, batches)
-        return (compare(output_names, reference, actual, tolerance, runtime, notes),), []
-    actual, runtime, notes = run_onnx(data, input_names, batches, precision == "bf16")
-    reports = [compare(output_names, reference, actual, tolerance, runtime, notes)]
-    if precision == "fp16":
-        try:
-            actual, runtime, _ = run_reference(data, input_names, batches[:1])
-        except ExportError as exc:
-            return tuple(reports), [
-                f"{exc} So fp16 overflow was checked only as ONNX Runtime computes it (most "
-                "fp16 nodes in fp32 on the CPU), not node by node in fp16."
-            ]
-        why = (
-            "every node in its declared dtype, on the first batch: ONNX Runtime's CPU provider "
-            "runs fp16 nodes without CPU kernels in fp32, so an fp16 overflow shows only here"
-        )
-        reports.append(compare(output_names, reference[:1], actual, tolerance, runtime, [why]))
-    return tuple(reports), []
-
-
-def _program_bytes(
-    flat: FlatModel,
-    signature: Signature,
-    precision: str,
-    keep: list[str],
-    keep_io_types: bool,
-    dynamic_shapes: Any,
-) -> tuple[bytes, int | None, dict[str, str]]:
-    from ampkit.deploy.capture import capture
-    from ampkit.precision.islands import keep_fp32
-
-    module: nn.Module = flat
-    islands = None
-    if precision != "fp32":
-        module = _Autocast(flat, _DTYPES[precision], keep_io_types)
-        if keep:
-            islands = keep_fp32(flat.model, keep)
-    try:
-        program = capture(module, signature.inputs, dynamic_shapes)
-    finally:
-        if islands is not None:
-            islands.remove()
-    buffer = io.BytesIO()
-    try:
-        torch.export.save(program, buffer)
-    except Exception as exc:  # torch's serializer raises several types
-        raise ExportError(
-            f"export: torch.export.save could not serialize the program ({exc}). Export "
-            "format='onnx' instead."
-        ) from exc
-    return buffer.getvalue(), None, {}

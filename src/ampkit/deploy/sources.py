@@ -1,5 +1,8 @@
 """What ``ampkit export`` exports: the built-in GPT (fresh, or trained by ``ampkit train
---out``), or a user's ``package.module:factory`` returning ``(model, example_inputs)``.
+--out``), or any other ``--model`` (resolved by :func:`ampkit.models.resolve.build_model`; a
+user's ``package.module:factory`` returns ``(model, example_inputs)``).
+
+A fresh ``gpt`` is the ``gpt`` of every command (:data:`ampkit.models.builtin.GPT_DEFAULTS`).
 
 A trained GPT is rebuilt from its run folder: the fp32 ``model.safetensors`` gives the weights
 and every shape (vocabulary, width, depth, context), ``summary.json``'s ``config`` the number of
@@ -82,17 +85,19 @@ def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], Path, dict[
 
 
 def load_gpt(checkpoint: str | Path | None, *, seed: int = 0) -> tuple[GPTLogits, int]:
-    """The built-in GPT, from ``checkpoint`` (a run folder, checkpoint folder or weights file)
-    or freshly initialised with ``seed``; returns ``(model, context length)``.
+    """The built-in GPT, from ``checkpoint`` (a run folder, checkpoint folder or weights file;
+    its shape read off the weights) or ``--model gpt`` as every command builds it, seeded with
+    ``seed``; returns ``(model, context length)``.
 
     Raises:
         CheckpointError: as :func:`load_weights`, weights of another model, or no head count.
     """
     from ampkit.models.gpt import GPT, GPTConfig
+    from ampkit.models.resolve import build_model
 
     if checkpoint is None:
-        torch.manual_seed(seed)
-        return GPTLogits(GPT(GPTConfig())), GPTConfig().block_size
+        built = build_model("gpt", seed=seed)
+        return GPTLogits(built.model), built.config.block_size
     weights, file, config = load_weights(checkpoint)
     shapes = {k: tuple(v.shape) for k, v in weights.items()}
     if "tok_emb.weight" not in shapes or "pos_emb.weight" not in shapes:
@@ -172,32 +177,18 @@ def held_out_batches(count: int, batch_size: int, seq_len: int) -> list[torch.Te
 def load_factory(spec: str) -> tuple[nn.Module, Any]:
     """The model of ``--model`` and an example input for it.
 
-    ``hf:<name>``, ``timm:<name>`` and the built-in names are built by
-    :func:`ampkit.models.resolve.build_model` (the example is its first batch without the
-    targets or ``labels``); ``package.module:factory`` (imported from the current folder) must
-    return ``(model, example_inputs)``.
+    The spec is resolved by :func:`ampkit.models.resolve.build_model` (built-in and library
+    models with 2 samples per batch); the example is the first batch's inputs
+    (:attr:`~ampkit.models.built.BuiltModel.example_inputs`: without the targets or
+    ``labels``). A ``package.module:factory`` (imported from the current folder) returns
+    ``(model, example_inputs)`` (or ``(model, inputs, targets)``, or a ``BuiltModel``).
 
     Raises:
         ConfigurationError: the spec is malformed, the module or function does not exist, or
             the factory returned something else.
         MissingDependencyError: transformers/timm is needed and not installed.
     """
-    from ampkit.models.resolve import build_model, call_factory
+    from ampkit.models.resolve import build_model, is_factory_spec
 
-    prefix = spec.partition(":")[0]
-    if prefix in ("hf", "timm") or ":" not in spec:
-        built = build_model(spec, batch_size=2)
-        batch = built.example_batch
-        if built.loss_fn is not None:
-            return built.model, batch[0]
-        if isinstance(batch, dict):
-            return built.model, {k: v for k, v in batch.items() if k != "labels"}
-        return built.model, batch
-    result = call_factory(spec)
-    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
-        seen = type(result).__name__
-        raise ConfigurationError(
-            f"--model: {spec}() returned a {seen}. For export it must return (model, "
-            "example_inputs): an nn.Module and a tensor, tuple or dict of input tensors."
-        )
-    return result
+    built = build_model(spec, batch_size=None if is_factory_spec(spec) else 2)
+    return built.model, built.example_inputs

@@ -5,7 +5,8 @@ library model, a user's ``module:factory``), and the loss-scale history of an
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,21 +14,52 @@ import torch
 from torch import nn
 
 from ampkit.errors import ConfigurationError, DataError
-from ampkit.models.resolve import build_model, call_factory, from_factory_result, gpt_model
+from ampkit.models.built import BuiltModel, model_error
+from ampkit.models.resolve import (
+    build_model,
+    call_factory,
+    from_factory_result,
+    is_closure_form,
+    is_factory_spec,
+)
 
-__all__ = ["builtin_case", "load_case", "load_factory", "load_scale_history"]
+__all__ = ["Case", "builtin_case", "load_case", "load_factory", "load_scale_history"]
 
-Case = tuple[nn.Module, Callable[[], torch.Tensor]]
+
+@dataclass(frozen=True)
+class Case:
+    """What the doctor runs: a model and a closure (each call: the forward pass on the next
+    batch, returning the loss). Unpacks as ``model, closure = case``.
+
+    Attributes:
+        model: the fp32 model.
+        closure: runs the forward pass on the next batch and returns the loss.
+        built: the :class:`~ampkit.models.built.BuiltModel` it came from; None for a factory
+            that returned ``(model, closure)``.
+    """
+
+    model: nn.Module
+    closure: Callable[[], torch.Tensor]
+    built: BuiltModel | None = None
+
+    @classmethod
+    def of(cls, built: BuiltModel, device: torch.device | None = None) -> Case:
+        """The case of a built model (moved to ``device`` when given)."""
+        if device is not None:
+            built.model.to(device)
+        return cls(built.model, built.closure(device=device), built)
+
+    def __iter__(self) -> Iterator[Any]:
+        yield self.model
+        yield self.closure
 
 
 def builtin_case(
-    *, seed: int = 0, batch_size: int = 8, seq_len: int = 64, device: torch.device | None = None
+    *, seed: int = 0, batch_size: int | None = None, device: torch.device | None = None
 ) -> Case:
-    """A small built-in GPT on the standard-library corpus; each closure call is a new batch."""
-    built = gpt_model(batch_size, seq_len, n_embd=64, seed=seed, corpus_bytes=200_000)
-    dev = device or torch.device("cpu")
-    built.model.to(dev)
-    return built.model, built.closure(device=dev)
+    """The built-in GPT (the same model as every command's ``gpt``) on the standard-library
+    corpus; each closure call is a new batch."""
+    return Case.of(build_model("gpt", batch_size=batch_size, seed=seed), device)
 
 
 def load_factory(spec: str) -> Case:
@@ -42,14 +74,8 @@ def load_factory(spec: str) -> Case:
             or the factory returned none of the forms above.
     """
     made = call_factory(spec)
-    if (
-        isinstance(made, tuple)
-        and len(made) == 2
-        and isinstance(made[0], nn.Module)
-        and callable(made[1])
-        and not isinstance(made[1], nn.Module)
-    ):
-        return made
+    if is_closure_form(made):
+        return Case(made[0], made[1])
     try:
         built = from_factory_result(spec, made)
     except ConfigurationError:
@@ -58,37 +84,34 @@ def load_factory(spec: str) -> Case:
             if isinstance(made, tuple)
             else f"a {type(made).__name__}"
         )
-        raise ConfigurationError(
-            f"--model: {spec}() returned {seen}. It must return (model, closure): an "
+        raise model_error(
+            f"{spec}() returned {seen}. It must return (model, closure): an "
             "nn.Module and a function that runs the forward pass and returns the loss; or "
             "(model, batch), (model, inputs, targets), or an ampkit.models.resolve.BuiltModel."
         ) from None
-    return built.model, built.closure()
+    return Case.of(built)
 
 
 def load_case(spec: str | None, *, seed: int = 0, device: torch.device | None = None) -> Case:
-    """The model and closure for ``--model``: None or ``gpt`` is the built-in GPT; ``hf:``,
-    ``timm:``, ``convnet`` are built by :func:`ampkit.models.resolve.build_model` (seeded);
-    anything else is a factory (:func:`load_factory`). ``device`` (built models only): where
-    the model and its batches go; None keeps them on the CPU.
+    """The model and closure for ``--model``: None is ``gpt``; built-in and library models are
+    built by :func:`ampkit.models.resolve.build_model` (seeded) and moved to ``device`` (None:
+    the CPU); a ``package.module:factory`` may also return ``(model, closure)`` here
+    (:func:`load_factory`).
 
     Raises:
         ConfigurationError: as :func:`ampkit.models.resolve.build_model` and :func:`load_factory`;
             a ``device`` other than the CPU with a factory (it places its own model).
         MissingDependencyError: ``hf:``/``timm:`` without the library installed.
     """
-    if spec is None or spec == "gpt":
-        return builtin_case(seed=seed, device=device)
-    if spec == "convnet" or spec.partition(":")[0] in ("hf", "timm") or ":" not in spec:
-        built = build_model(spec, seed=seed)
-        if device is not None:
-            built.model.to(device)
-        return built.model, built.closure(device=device)
+    spec = "gpt" if spec is None else spec
+    if not is_factory_spec(spec):
+        return Case.of(build_model(spec, seed=seed), device)
     if device is not None and device.type != "cpu":
         raise ConfigurationError(
             f"device: {str(device)!r} with the factory {spec}: a factory's model and closure "
             "stay where the factory put them. Create them on that device in the factory and "
-            "leave device unset."
+            "leave device unset.",
+            argument="device",
         )
     return load_factory(spec)
 

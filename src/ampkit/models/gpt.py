@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from torch import nn
 
 from ampkit.errors import ConfigurationError
 
-__all__ = ["GPT", "GPTConfig"]
+__all__ = ["GPT", "GPTConfig", "train_flops"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,3 +158,19 @@ class GPT(nn.Module):
             return logits, None
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
+
+
+def train_flops(model: nn.Module, batch_size: int, seq_len: int) -> float:
+    """Model FLOPs of one training step of the built-in GPT on ``batch_size x seq_len``, in
+    closed form (PaLM's appendix B): ``6 * N * tokens + 12 * L * d * T * tokens`` with ``N``
+    the matmul parameters (every Linear weight), ``L`` layers, ``d`` the width, ``T`` the
+    sequence length.
+
+    ``model`` must have ``config.n_layer`` and ``config.n_embd`` (the built-in :class:`GPT`
+    does).
+    """
+    config: Any = getattr(model, "config")  # noqa: B009 (a GPTConfig; Module has no such attr)
+    matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    tokens = batch_size * seq_len
+    attention = 12 * config.n_layer * config.n_embd * seq_len
+    return float((6 * matmul_params + attention) * tokens)

@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ampkit._logging import quiet_loggers
-from ampkit.errors import ConfigurationError, MissingDependencyError
+from ampkit.errors import MissingDependencyError
+from ampkit.models.built import BuiltModel, model_error
 
-__all__ = ["HF_CHECKPOINTS", "LibraryModel", "TINY", "build_hf", "build_timm", "parse_options"]
+__all__ = ["HF_CHECKPOINTS", "TINY", "build_hf", "build_timm", "parse_options"]
 
 #: Checkpoint names ``hf:`` knows, as ``(model type, changes to that type's default config)``:
 #: the library's default config of a type is its reference checkpoint (``GPT2Config()`` is
@@ -86,37 +84,15 @@ _SPECIAL_IDS = (
 )
 
 
-@dataclass(frozen=True)
-class LibraryModel:
-    """A library model and what :mod:`ampkit.models.resolve` needs to train it.
-
-    Attributes:
-        model: the model, in fp32 on the CPU, in train mode.
-        batch: ``batch(step)`` -> the step's batch (the same for the same step).
-        loss_fn: ``loss_fn(outputs, targets)`` for ``(inputs, targets)`` batches; None when
-            the model computes its loss from the batch (``labels``).
-        items_per_step, unit: what one step processes (``tokens`` or ``samples``).
-        batch_size: samples per batch.
-        description: one line on the model's shape.
-    """
-
-    model: nn.Module
-    batch: Callable[[int], Any]
-    loss_fn: Callable[[Any, Any], torch.Tensor] | None
-    items_per_step: int
-    unit: str
-    batch_size: int
-    description: str
-
-
 def _import(package: str, extra: str) -> Any:
     try:
         with quiet_loggers():
             return importlib.import_module(package)
     except ImportError as exc:
         raise MissingDependencyError(
-            f"--model: {extra}: models need the {package!r} package, which cannot be imported "
-            f"here ({exc}). Install it: pip install 'ampkit[{extra}]'."
+            f"model: {extra}: models need the {package!r} package, which cannot be imported "
+            f"here ({exc}). Install it: pip install 'ampkit[{extra}]'.",
+            argument="model",
         ) from None
 
 
@@ -145,8 +121,8 @@ def parse_options(spec: str, text: str) -> tuple[bool, dict[str, Any]]:
             continue
         key, sep, raw = item.partition("=")
         if not sep or not key.strip().isidentifier():
-            raise ConfigurationError(
-                f"--model: {spec!r} has the option {item!r}. Options are 'tiny' or "
+            raise model_error(
+                f"{spec!r} has the option {item!r}. Options are 'tiny' or "
                 "key=value pairs separated by commas, e.g. hf:gpt2:tiny,n_layer=4."
             )
         values[key.strip()] = _value(raw.strip())
@@ -166,8 +142,8 @@ def _hf_config(spec: str, name: str, tiny: bool, overrides: dict[str, Any]) -> A
         known = list(HF_CHECKPOINTS)
         guess = difflib.get_close_matches(name, known, n=1)
         hint = f" Did you mean {guess[0]!r}?" if guess else ""
-        raise ConfigurationError(
-            f"--model: {spec!r}: {name!r} is neither a checkpoint name ampkit knows nor a "
+        raise model_error(
+            f"{spec!r}: {name!r} is neither a checkpoint name ampkit knows nor a "
             f"transformers model type.{hint} Known names: {', '.join(known)}; or any model "
             "type of the installed transformers (llama, mistral, ...). For other models pass "
             "package.module:factory."
@@ -177,8 +153,8 @@ def _hf_config(spec: str, name: str, tiny: bool, overrides: dict[str, Any]) -> A
             names = [k for k in config.to_dict() if not k.startswith("_")]
             guess = difflib.get_close_matches(key, names, n=1)
             hint = f" Did you mean {guess[0]!r}?" if guess else ""
-            raise ConfigurationError(
-                f"--model: {spec!r}: {type(config).__name__} has no setting {key!r}.{hint} "
+            raise model_error(
+                f"{spec!r}: {type(config).__name__} has no setting {key!r}.{hint} "
                 "Options are the config's own attribute names (or tiny, seq_len)."
             )
     tiny_changes = {k: v for k, v in TINY.items() if hasattr(config, k)} if tiny else {}
@@ -210,8 +186,8 @@ def _hf_head(transformers: Any, config: Any, spec: str) -> tuple[str, Any]:
         return "masked", transformers.AutoModelForMaskedLM
     if model_type in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return "causal", transformers.AutoModelForCausalLM
-    raise ConfigurationError(
-        f"--model: {spec!r}: the {model_type} architecture has no causal, masked or seq2seq "
+    raise model_error(
+        f"{spec!r}: the {model_type} architecture has no causal, masked or seq2seq "
         "language-model head, the heads ampkit builds batches for. Pass your own "
         "package.module:factory returning (model, batch)."
     )
@@ -219,7 +195,7 @@ def _hf_head(transformers: Any, config: Any, spec: str) -> tuple[str, Any]:
 
 def build_hf(
     spec: str, name: str, options: str, *, batch_size: int | None, seed: int
-) -> LibraryModel:
+) -> BuiltModel:
     """A Hugging Face model for ``hf:<name>[:options]`` and a batch of token ids for it.
 
     Batches hold ``input_ids`` and ``labels`` (the model computes its loss): the ids
@@ -238,8 +214,8 @@ def build_hf(
     if seq_len is None:
         seq_len = min(64 if tiny else 128, limit or 128)
     if not isinstance(seq_len, int) or seq_len < 2 or (limit and seq_len > limit):
-        raise ConfigurationError(
-            f"--model: {spec!r}: seq_len={seq_len!r} is invalid; use an integer from 2 to "
+        raise model_error(
+            f"{spec!r}: seq_len={seq_len!r} is invalid; use an integer from 2 to "
             f"{limit or 'the model limit'}."
         )
     batch_size = batch_size or 8
@@ -267,7 +243,8 @@ def build_hf(
         }
 
     params = sum(p.numel() for p in model.parameters())
-    return LibraryModel(
+    return BuiltModel(
+        name=spec,
         model=model,
         batch=batch,
         loss_fn=None,
@@ -278,12 +255,13 @@ def build_hf(
             f"Hugging Face {type(model).__name__} ({name}{' tiny' if tiny else ''} config, "
             f"random weights), {params:,} parameters, batch {batch_size} x {seq_len} tokens"
         ),
+        config=config,
     )
 
 
 def build_timm(
     spec: str, name: str, options: str, *, batch_size: int | None, seed: int
-) -> LibraryModel:
+) -> BuiltModel:
     """``timm.create_model(name, pretrained=False, **options)`` and random labelled images
     of its input size, trained with cross-entropy.
 
@@ -294,16 +272,14 @@ def build_timm(
     timm = _import("timm", "timm")
     tiny, values = parse_options(spec, options)
     if tiny:
-        raise ConfigurationError(
-            f"--model: {spec!r}: 'tiny' applies to hf: models. Pick a small timm model "
+        raise model_error(
+            f"{spec!r}: 'tiny' applies to hf: models. Pick a small timm model "
             "(resnet18, vit_tiny_patch16_224) and pass keyword options such as img_size=64."
         )
     if not timm.is_model(name):
         guess = difflib.get_close_matches(name, timm.list_models(), n=3)
         hint = f" Close names: {', '.join(guess)}." if guess else ""
-        raise ConfigurationError(
-            f"--model: {spec!r}: timm has no model {name!r}.{hint} See timm.list_models()."
-        )
+        raise model_error(f"{spec!r}: timm has no model {name!r}.{hint} See timm.list_models().")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = timm.create_model(name, pretrained=False, **values)
@@ -321,7 +297,8 @@ def build_timm(
         return images, torch.randint(0, classes, (batch_size,), generator=generator)
 
     params = sum(p.numel() for p in model.parameters())
-    return LibraryModel(
+    return BuiltModel(
+        name=spec,
         model=model,
         batch=batch,
         loss_fn=F.cross_entropy,
@@ -332,4 +309,5 @@ def build_timm(
             f"timm {name} (random weights), {params:,} parameters, "
             f"batch {batch_size} x {channels}x{height}x{width}"
         ),
+        config=getattr(model, "pretrained_cfg", None),
     )
