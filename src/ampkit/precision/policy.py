@@ -465,6 +465,7 @@ def resolve_precision(
             f"emulate: emulate=True applies to fp8 only, but the precision is {precision!r}. "
             "Drop emulate=True, or ask for precision='fp8'."
         )
+    chosen: str
     if wanted == "auto":
         chosen, reason = _auto(hw)
     elif wanted == "fp8":
