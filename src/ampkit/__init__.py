@@ -53,7 +53,13 @@ if TYPE_CHECKING:
     from ampkit.precision.inference import predict as predict
     from ampkit.precision.islands import Fp32Islands as Fp32Islands
     from ampkit.precision.islands import keep_fp32 as keep_fp32
+    from ampkit.precision.modes import Bf16True as Bf16True
+    from ampkit.precision.modes import Fp8 as Fp8
+    from ampkit.precision.modes import Fp32 as Fp32
+    from ampkit.precision.modes import Mixed as Mixed
+    from ampkit.precision.modes import PrecisionMode as PrecisionMode
     from ampkit.precision.policy import Policy as Policy
+    from ampkit.precision.policy import parse_precision as parse_precision
     from ampkit.precision.policy import precision_session as precision_session
     from ampkit.precision.policy import resolve_precision as resolve_precision
     from ampkit.precision.scaler import LossScaler as LossScaler
@@ -102,6 +108,12 @@ _EXPORTS: dict[str, str] = {
     "predict": "ampkit.precision.inference",
     "Fp32Islands": "ampkit.precision.islands",
     "keep_fp32": "ampkit.precision.islands",
+    "Bf16True": "ampkit.precision.modes",
+    "Fp8": "ampkit.precision.modes",
+    "Fp32": "ampkit.precision.modes",
+    "Mixed": "ampkit.precision.modes",
+    "PrecisionMode": "ampkit.precision.modes",
+    "parse_precision": "ampkit.precision.policy",
     "Policy": "ampkit.precision.policy",
     "precision_session": "ampkit.precision.policy",
     "resolve_precision": "ampkit.precision.policy",
@@ -131,6 +143,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AmpkitError",
+    "Bf16True",
     "Callback",
     "CheckpointError",
     "CompensatedOptimizer",
@@ -139,9 +152,12 @@ __all__ = [
     "ExportError",
     "ExportResult",
     "FitResult",
+    "Fp32",
     "Fp32Islands",
+    "Fp8",
     "Fp8Plan",
     "LossScaler",
+    "Mixed",
     "MixedPrecision",
     "NonFiniteError",
     "NonFiniteProbe",
@@ -152,6 +168,7 @@ __all__ = [
     "NumericsReport",
     "ParityError",
     "Policy",
+    "PrecisionMode",
     "PrecisionWarning",
     "Recommendation",
     "RunInUseError",
@@ -172,6 +189,7 @@ __all__ = [
     "lost_update_fraction",
     "number_format",
     "number_formats",
+    "parse_precision",
     "precision_map",
     "precision_session",
     "predict",

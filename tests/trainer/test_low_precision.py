@@ -64,10 +64,8 @@ def test_uncompensated_bf16_true_warns_twice_when_updates_vanish():
             lambda p: torch.optim.SGD(p, lr=1e-7),
             loss_fn=nn.functional.mse_loss,
             max_steps=2,
-            precision="bf16-true",
+            precision=ampkit.Bf16True(update_compensation="none", keep_fp32=()),
             batch_size=16,
-            update_compensation="none",
-            bf16_true_keep_fp32=(),
         )
     with pytest.warns(PrecisionWarning, match=r"100\.0% of the intended weight updates"):
         trainer.fit(_data())
@@ -75,14 +73,9 @@ def test_uncompensated_bf16_true_warns_twice_when_updates_vanish():
 
 def test_bf16_true_options_need_bf16_true():
     with pytest.raises(ConfigurationError, match="update_compensation: given, but the precision"):
-        Trainer(
-            _model(),
-            torch.optim.SGD(_model().parameters(), lr=0.1),
-            max_steps=1,
-            precision="bf16",
-            device="cpu",
-            update_compensation="kahan",
-        )
+        ampkit.MixedPrecision("bf16", "cpu", update_compensation="kahan")
+    with pytest.raises(ConfigurationError, match="given next to the mode object"):
+        ampkit.MixedPrecision(ampkit.Bf16True(), "cpu", update_compensation="kahan")
 
 
 def test_fp8_on_cuda_compiles_by_default_and_warns_when_compile_is_off():
@@ -112,12 +105,11 @@ def test_bf16_true_resume_equals_the_uninterrupted_run(tmp_path, compensation):
             lambda p: torch.optim.AdamW(p, lr=1e-3),
             loss_fn=nn.functional.mse_loss,
             max_steps=steps,
-            precision="bf16-true",
+            precision=ampkit.Bf16True(update_compensation=compensation),
             batch_size=16,
             checkpoint_dir=folder,
             checkpoint_every=2,
             resume=resume,
-            update_compensation=compensation,
         ).fit(_data())
         return model
 

@@ -14,7 +14,7 @@ import platform
 import statistics
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -32,7 +32,8 @@ from ampkit.precision.devices import peak_memory
 from ampkit.precision.engine import MixedPrecision
 from ampkit.precision.hardware import HardwareInfo
 from ampkit.precision.hardware import probe as probe_hardware
-from ampkit.precision.policy import Policy, resolve_device, resolve_precision
+from ampkit.precision.modes import TrainingSetup
+from ampkit.precision.policy import Policy, parse_precision, resolve_device, resolve_precision
 
 __all__ = ["default_precisions", "run_bench"]
 
@@ -71,7 +72,7 @@ def _resolve_all(precisions: Sequence[str], device: torch.device) -> tuple[list[
     for warning in caught:
         if issubclass(warning.category, PrecisionWarning):
             notes.append(str(warning.message))
-    if "fp32" not in [p.strip().lower() for p in precisions]:
+    if "fp32" not in [parse_precision(p).precision for p in precisions]:
         notes.append("fp32 was added as the baseline every speed-up is measured against.")
     return list(policies.values()), notes
 
@@ -129,6 +130,7 @@ class _Variant:
     engine: MixedPrecision
     losses: list[torch.Tensor]
     memory_bytes: int | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 def _variant_specs(
@@ -218,12 +220,7 @@ def run_bench(
         _build_variant(workload, name, policy, c, cl, dev, max_grad_norm, compile_backend)
         for name, policy, c, cl in _variant_specs(policies, compile, channels_last)
     ]
-    notes += [
-        f"{v.name}: {v.engine.fp8_plan.to_text().splitlines()[0]}; converted: "
-        f"{', '.join(v.engine.fp8_plan.selected) or 'none'}"
-        for v in variants
-        if v.engine.fp8_plan is not None
-    ]
+    notes += [f"{v.name}: {note}" for v in variants for note in v.notes]
     by_name = {v.name: v for v in variants}
     cache: dict[tuple[int, bool], tuple[Any, Any]] = {}
 
@@ -295,17 +292,14 @@ def _build_variant(
     model = copy.deepcopy(workload.model).to(dev)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-    plan = None
-    if policy.precision == "fp8":  # measured on the first batch (timed per layer on CUDA)
-        from ampkit.precision.fp8.planning import fp8_plan
+    engine = MixedPrecision(policy, max_grad_norm=max_grad_norm)
 
+    def first_batch_loss() -> torch.Tensor:
         x, y = workload.batch(0)
-        plan = fp8_plan(
-            model,
-            closure=lambda: workload.loss(model, x.to(dev), y.to(dev)),
-            recipe=policy.fp8_recipe or "tensorwise",
-        )
-    engine = MixedPrecision(policy, max_grad_norm=max_grad_norm, fp8_plan=plan)
+        return workload.loss(model, x.to(dev), y.to(dev))
+
+    # the mode prepares from the first batch (fp8: its plan, timed per layer on CUDA)
+    notes = engine.mode.setup_training(TrainingSetup(model, closure=first_batch_loss))
     model = engine.prepare_model(model)
     forward: torch.nn.Module | Callable[..., object] = (
         torch.compile(model, backend=backend) if compiled else model
@@ -320,6 +314,7 @@ def _build_variant(
         optimizer=engine.prepare_optimizer(workload.make_optimizer(model)),
         engine=engine,
         losses=[],
+        notes=notes,
     )
 
 

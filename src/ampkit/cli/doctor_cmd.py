@@ -130,11 +130,11 @@ def doctor(**options: Any) -> None:
         options["precision"],
         steps=options["steps"],
         with_precision_map=options["with_map"] and not options["findings_only"],
+        lr=options["lr"],
     )
     if history is not None:
         report = replace(report, scale_history=history)
     click.echo(report.to_text(findings_only=options["findings_only"]))
-    _low_precision_sections(model, closure, options)
     if options["json_path"]:
         with writing(options["json_path"], "--json"):
             report.to_json(options["json_path"])
@@ -143,20 +143,3 @@ def doctor(**options: Any) -> None:
         with writing(options["html_path"], "--html"):
             path = report.to_html(options["html_path"])
         click.echo(f"wrote {path}")
-
-
-def _low_precision_sections(model: Any, closure: Any, options: dict[str, Any]) -> None:
-    """fp8: the per-layer plan; bf16-true: the lost-updates probe (after the report)."""
-    from ampkit.precision.policy import FP8_RECIPES, PRECISION_ALIASES
-
-    spelled = options["precision"].strip().lower()
-    if PRECISION_ALIASES.get(spelled) == "fp8":
-        from ampkit.precision.fp8.planning import fp8_plan
-
-        plan = fp8_plan(model, closure=closure, recipe=FP8_RECIPES[spelled])
-        click.echo("\n" + plan.to_text())
-    elif PRECISION_ALIASES.get(spelled) == "bf16-true":
-        from ampkit.doctor.lost_updates import probe_lost_updates
-
-        probe = probe_lost_updates(model, closure, steps=options["steps"], lr=options["lr"])
-        click.echo("\n" + probe.to_text())

@@ -304,7 +304,9 @@ def _render_summary(summary: Any) -> str:
             f"{summary.peak_memory_bytes / 2**20:,.0f} MiB ({summary.peak_memory_kind})",
         ),
     ]
-    if summary.precision == "fp16":
+    from ampkit.precision.policy import uses_loss_scaling
+
+    if uses_loss_scaling(summary.precision):
         rows.insert(5, ("loss scale", f"{summary.final_scale:g}"))
     if summary.update_compensation is not None:
         how = _COMPENSATION.get(summary.update_compensation, summary.update_compensation)

@@ -9,8 +9,6 @@
 from ampkit.doctor.diagnosis import diagnose as diagnose
 from ampkit.doctor.dtype_map import precision_map as precision_map
 from ampkit.doctor.findings import Tolerances as Tolerances
-from ampkit.doctor.lost_updates import LostUpdatesReport as LostUpdatesReport
-from ampkit.doctor.lost_updates import probe_lost_updates as probe_lost_updates
 from ampkit.doctor.nonfinite import NonFiniteProbe as NonFiniteProbe
 from ampkit.doctor.nonfinite import detect_nonfinite as detect_nonfinite
 from ampkit.doctor.report import NumericsReport as NumericsReport
@@ -19,6 +17,8 @@ from ampkit.doctor.rows import ModuleRow as ModuleRow
 from ampkit.doctor.rows import NumericsFinding as NumericsFinding
 from ampkit.doctor.rows import PhaseRow as PhaseRow
 from ampkit.doctor.rows import Recommendation as Recommendation
+from ampkit.precision.bf16_true.probe import LostUpdatesReport as LostUpdatesReport
+from ampkit.precision.bf16_true.probe import probe_lost_updates as probe_lost_updates
 
 __all__ = [
     "LostUpdatesReport",

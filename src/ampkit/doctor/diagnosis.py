@@ -35,7 +35,8 @@ from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, PhaseRow
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
 from ampkit.precision.formats import number_formats
 from ampkit.precision.hardware import HardwareInfo
-from ampkit.precision.policy import PRECISION_ALIASES, Precision, resolve_precision
+from ampkit.precision.modes import PrecisionMode, precision_mode
+from ampkit.precision.policy import analysis_policy, parse_precision, resolve_precision
 from ampkit.precision.stats import RangeStats, effective_loss_scale, format_limits
 
 __all__ = ["diagnose"]
@@ -47,18 +48,16 @@ def _device_of(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-#: Precisions whose numerics outside fp8 Linears / optimizer updates are bf16 autocast's: the
-#: doctor measures them as bf16 (fp8 layers get ``ampkit.fp8_plan``, bf16-true updates the
-#: lost-updates probe).
-_MEASURED_AS: dict[str, Precision] = {"fp8": "bf16", "bf16-true": "bf16"}
-
-
-def _canonical(precision: str, device: torch.device, hardware: HardwareInfo | None) -> Precision:
-    key = precision.strip().lower() if isinstance(precision, str) else precision
-    if key in PRECISION_ALIASES:
-        canonical = PRECISION_ALIASES[key]
-        return _MEASURED_AS.get(canonical, canonical)
-    return resolve_precision(precision, device, hardware=hardware).precision  # auto, or raises
+def _mode(
+    precision: str | PrecisionMode, device: torch.device, hardware: HardwareInfo | None
+) -> PrecisionMode:
+    """The mode to diagnose: ``auto`` is decided by the hardware, any other spelling names its
+    mode without asking the hardware (the doctor also plans for other machines)."""
+    if isinstance(precision, PrecisionMode):
+        return precision
+    if parse_precision(precision).precision == "auto":
+        return precision_mode(resolve_precision(precision, device, hardware=hardware))
+    return precision_mode(precision)
 
 
 def _check_model(model: nn.Module) -> None:
@@ -167,7 +166,7 @@ def _note_fp32_outputs(
 def diagnose(
     model: nn.Module,
     closure: Callable[[], torch.Tensor],
-    precision: str = "fp16",
+    precision: str | PrecisionMode = "fp16",
     steps: int = 3,
     *,
     optimizer: torch.optim.Optimizer | None = None,
@@ -175,6 +174,7 @@ def diagnose(
     tolerances: Tolerances | None = None,
     with_precision_map: bool = True,
     hardware: HardwareInfo | None = None,
+    lr: float = 2e-3,
 ) -> NumericsReport:
     """Diagnose ``model`` for training in ``precision``.
 
@@ -182,7 +182,11 @@ def diagnose(
         model: an fp32 model.
         closure: runs the forward pass on a batch and returns the loss (like an optimizer
             closure); called once per step. Give it a new batch each call to cover more data.
-        precision: the candidate: ``fp16``, ``bf16``, ``fp32``, an alias, or ``auto``.
+        precision: the candidate: ``fp16``, ``bf16``, ``fp32``, ``bf16-true``, ``fp8``, an
+            alias, ``auto``, or a precision mode object (:mod:`ampkit.precision.modes`). The
+            numerics are measured in the mode's autocast format (bf16 for fp8 and bf16-true),
+            and the mode adds its sections to the report (fp8: the per-layer plan,
+            :func:`~ampkit.fp8_plan`; bf16-true: the lost-updates probe).
         steps: fp32 steps to measure.
         optimizer: if given, it steps after every backward (the weights change); otherwise
             parameters and gradients are left exactly as they were.
@@ -192,6 +196,8 @@ def diagnose(
         with_precision_map: also run once under the candidate's autocast and record the dtype
             of each module's output (:attr:`NumericsReport.precision_map`).
         hardware: plan for another machine (decides whether bf16 can be recommended).
+        lr: learning rate of the mode's probes (bf16-true: AdamW in the lost-updates probe;
+            the smaller, the more updates fall under half an ulp).
 
     Returns:
         The report: per-module rows, findings, the recommendation.
@@ -215,7 +221,8 @@ def diagnose(
             "scalers do (PyTorch's default is 65536)."
         )
     device = _device_of(model)
-    candidate = _canonical(precision, device, hardware)
+    mode = _mode(precision, device, hardware)
+    candidate = mode.measured_as
     tol = tolerances or Tolerances()
     limits = format_limits()
     replay = {"fp32": [], "bf16": ["bf16"], "fp16": ["fp16", "bf16"]}[candidate]
@@ -245,15 +252,7 @@ def diagnose(
         finally:
             recorder.active = False
         if with_precision_map:
-            policy = replace(
-                resolve_precision("fp32", device),
-                device=device,
-                precision=candidate,
-                compute_dtype={"fp16": torch.float16, "bf16": torch.bfloat16}.get(
-                    candidate, torch.float32
-                ),
-            )
-            pmap = run_precision_map(model, closure, policy)
+            pmap = run_precision_map(model, closure, analysis_policy(candidate, device))
 
     states = recorder.states
     grad_max = max((s.backward.max_abs for s in states.values()), default=0.0)
@@ -300,8 +299,11 @@ def diagnose(
     if pmap is not None:
         findings = _note_fp32_outputs(findings, pmap)
     used = {f.name: f.to_dict() for f in number_formats()}
+    sections = mode.doctor_sections(model, closure, steps=steps, lr=lr)
     return NumericsReport(
-        precision=candidate,
+        precision=mode.name,
+        measured_as=candidate,
+        sections=tuple(sections),
         device=str(device),
         steps=steps,
         loss_scale=fp16_scale if candidate == "fp16" else None,

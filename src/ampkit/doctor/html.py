@@ -190,7 +190,7 @@ def _findings_table(report: ReportView) -> str:
     if not report.findings:
         return (
             f"<p class='ok'>No overflow, underflow, precision loss or inf/NaN in "
-            f"{html.escape(report.precision)}.</p>"
+            f"{html.escape(report.measured_format)}.</p>"
         )
     rows = "".join(
         f"<tr><td><code>{html.escape(f.module or '(model)')}</code></td>"
@@ -258,7 +258,7 @@ def write_html(report: ReportView, path: Path) -> Path:
     parts += ["<h2>Per-module table</h2>", f"<pre>{html.escape(module_table(report))}</pre>"]
     if report.precision_map is not None:
         parts += [
-            f"<h2>Precision map ({html.escape(report.precision)} autocast)</h2>",
+            f"<h2>Precision map ({html.escape(report.measured_format)} autocast)</h2>",
             f"<pre>{html.escape(format_precision_map(report.precision_map))}</pre>",
         ]
     parts.append("</body></html>")

@@ -17,6 +17,7 @@ from ampkit._files import atomic_write, json_safe
 from ampkit.doctor.html import write_html
 from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, Recommendation
 from ampkit.doctor.text import render_text
+from ampkit.precision.modes.base import DoctorSection
 
 __all__ = ["NumericsReport"]
 
@@ -26,7 +27,8 @@ class NumericsReport:
     """The result of :func:`ampkit.diagnose`.
 
     Attributes:
-        precision: the candidate precision that was diagnosed.
+        precision: the candidate precision that was diagnosed, as requested (canonical:
+            ``"fp8"``, ``"bf16-true"``, ...).
         device: where it ran.
         steps: fp32 steps measured.
         loss_scale: the fp16 loss scale the fractions of gradients are computed at (None for
@@ -37,6 +39,10 @@ class NumericsReport:
         precision_map: dtypes under the candidate's autocast, per module (None if not run).
         formats: the facts of each format used (``NumberFormat.to_dict()``).
         scale_history: rows of a metrics.jsonl (step, scale, skipped, loss), when given.
+        measured_as: the autocast format whose numerics were measured, when it is not
+            ``precision`` itself (``"bf16"`` for fp8 and bf16-true).
+        sections: what the precision mode adds (fp8: the per-layer plan; bf16-true: the
+            lost-updates probe), each under its ``key`` in the JSON.
     """
 
     precision: str
@@ -49,6 +55,13 @@ class NumericsReport:
     precision_map: tuple[MapRow, ...] | None = None
     formats: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     scale_history: tuple[Mapping[str, Any], ...] | None = None
+    measured_as: str | None = None
+    sections: tuple[DoctorSection, ...] = ()
+
+    @property
+    def measured_format(self) -> str:
+        """The format the numerics were measured in (``measured_as``, else ``precision``)."""
+        return self.measured_as or self.precision
 
     def row(self, name: str) -> ModuleRow:
         """The row of module ``name``.
@@ -65,6 +78,7 @@ class NumericsReport:
         """JSON-ready values."""
         return {
             "precision": self.precision,
+            "measured_as": self.measured_format,
             "device": self.device,
             "steps": self.steps,
             "loss_scale": self.loss_scale,
@@ -76,6 +90,7 @@ class NumericsReport:
             ),
             "formats": json_safe(dict(self.formats)),
             "scale_history": None if self.scale_history is None else list(self.scale_history),
+            **{s.key: json_safe(s.to_dict()) for s in self.sections},
         }
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -87,8 +102,10 @@ class NumericsReport:
 
     def to_text(self, *, findings_only: bool = False) -> str:
         """The terminal report: findings, recommendation, then (unless ``findings_only``) the
-        per-module table and the precision map."""
-        return render_text(self, findings_only=findings_only)
+        per-module table and the precision map; the precision mode's sections after it."""
+        return "\n\n".join(
+            [render_text(self, findings_only=findings_only), *(s.to_text() for s in self.sections)]
+        )
 
     def to_html(self, path: str | Path) -> Path:
         """Write a self-contained HTML report (inline plots, no network) to ``path``."""

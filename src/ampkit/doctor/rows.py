@@ -210,3 +210,6 @@ class ReportView(Protocol):
 
     @property
     def scale_history(self) -> Sequence[Mapping[str, Any]] | None: ...
+
+    @property
+    def measured_format(self) -> str: ...

@@ -38,7 +38,7 @@ def _rel(row: ModuleRow, fmt: str) -> str:
 def module_table(report: ReportView) -> str:
     """One line per module and phase: largest magnitude, and per format the share of values
     that overflow (``OVER``) or become subnormal/zero; the relative error of the output."""
-    rel_fmt = report.precision if report.precision != "fp32" else None
+    rel_fmt = report.measured_format if report.measured_format != "fp32" else None
     header = ["module", "type", "phase", "max|x|", *_FORMATS]
     if rel_fmt:
         header.append(f"err {rel_fmt}")
@@ -65,8 +65,14 @@ def render_text(report: ReportView, *, findings_only: bool = False) -> str:
     (unless ``findings_only``) the per-module table and the precision map."""
     rec = report.recommendation
     scale = f" (gradients at loss scale {report.loss_scale:g})" if report.loss_scale else ""
+    measured = (
+        f" (numerics of {report.measured_format} autocast)"
+        if report.measured_format != report.precision
+        else ""
+    )
     out = [
-        f"ampkit doctor: {report.precision} on {report.device}, {report.steps} fp32 step(s){scale}",
+        f"ampkit doctor: {report.precision}{measured} on {report.device}, {report.steps} fp32 "
+        f"step(s){scale}",
         "",
     ]
     if report.findings:
@@ -75,7 +81,7 @@ def render_text(report: ReportView, *, findings_only: bool = False) -> str:
     else:
         out.append(
             "findings: none: no overflow, underflow, precision loss or inf/NaN in "
-            f"{report.precision}"
+            f"{report.measured_format}"
         )
     out += [
         "",

@@ -94,7 +94,9 @@ class TrainConfig:
             for name, ok, rule in self._checks()
             if not ok
         ]
-        if self.update_compensation is not None and self.precision.strip().lower() != "bf16-true":
+        if self.update_compensation is not None and not _takes(
+            self.precision, "update_compensation"
+        ):
             problems.append(
                 f"--update-compensation applies to --precision bf16-true only, got --precision "
                 f"{self.precision}"
@@ -209,3 +211,16 @@ class TrainConfig:
     def defaults(cls) -> dict[str, Any]:
         """Each field's default, by name (the command line's defaults come from here)."""
         return {f.name: f.default for f in fields(cls)}
+
+
+def _takes(precision: str, option: str) -> bool:
+    """Whether the precision mode of ``precision`` (a spelling) owns the engine's ``option``
+    (False for ``auto`` and unknown spellings, which the precision's own check reports)."""
+    from ampkit.precision.modes import MODES
+    from ampkit.precision.policy import parse_precision
+
+    try:
+        mode = MODES.get(parse_precision(precision).precision)
+    except ConfigurationError:
+        return False
+    return mode is not None and option in mode.options

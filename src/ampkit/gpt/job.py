@@ -25,7 +25,8 @@ from ampkit.gpt.resume import override_lr, run_record
 from ampkit.gpt.run_folder import RunPlan, open_run_folder
 from ampkit.models.corpus import ByteCorpus, CorpusWindows, load_corpus
 from ampkit.models.gpt import GPT, GPTConfig
-from ampkit.precision.policy import Policy, resolve_precision
+from ampkit.precision.modes import PrecisionMode, precision_mode
+from ampkit.precision.policy import resolve_precision
 from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, TrainerView
 from ampkit.trainer.distributed import Strategy, launched_world_size
@@ -93,7 +94,12 @@ class _ApplyLr(Callback):
 
 
 #: Library argument names, as ``ampkit train`` spells them.
-_FLAGS = {"precision": "--precision", "device": "--device", "keep_fp32": "--keep-fp32"}
+_FLAGS = {
+    "precision": "--precision",
+    "device": "--device",
+    "keep_fp32": "--keep-fp32",
+    "update_compensation": "--update-compensation",
+}
 
 
 @contextmanager
@@ -109,15 +115,27 @@ def _spoken_as_flags() -> Iterator[None]:
         raise type(exc)(f"{_FLAGS[head]}: {rest}") from exc
 
 
-def _resolve(config: TrainConfig, world_size: int) -> tuple[ByteCorpus, Policy]:
+def _resolve(
+    config: TrainConfig, world_size: int, device: torch.device | str | None = None
+) -> tuple[ByteCorpus, PrecisionMode]:
     """Check the settings, the device and precision, and the data for ``world_size``
-    processes."""
+    processes; return the corpus and the run's precision mode, resolved once for ``device``
+    (default: ``config.device``)."""
     config.validate()
     with _spoken_as_flags():
-        policy = resolve_precision(config.precision, config.device)
+        policy = resolve_precision(config.precision, device or config.device)
+        mode = precision_mode(policy, update_compensation=config.update_compensation)
     corpus = load_corpus(config.data)
     corpus.validate(config.batch_size, config.seq_len, world_size=world_size)
-    return corpus, policy
+    return corpus, mode
+
+
+def _process_device(config: TrainConfig) -> torch.device | str | None:
+    """This process's device, as the Trainer picks it: under torchrun without ``--device``,
+    the GPU of the local rank."""
+    if config.device is None and torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return config.device
 
 
 @contextmanager
@@ -133,12 +151,12 @@ def prepare_run(
         ConfigurationError, DataError, CheckpointError, RunInUseError, StorageError: as
             :func:`train`.
     """
-    corpus, policy = _resolve(config, world_size)
+    corpus, mode = _resolve(config, world_size)
     with open_run_folder(
         config,
         is_main=True,
         data_sha256=functools.cache(corpus.sha256),
-        precision=policy.precision,
+        precision=mode.policy.precision,
         lock_shared_with=lock_shared_with,
     ) as plan:
         yield plan
@@ -168,23 +186,23 @@ def train(
             inf/NaN at the minimum loss scale.
     """
     world = launched_world_size()
-    corpus, policy = _resolve(config, world)
+    corpus, mode = _resolve(config, world, _process_device(config))
     digest = functools.cache(corpus.sha256)
     with open_run_folder(
         config,
         is_main=os.environ.get("RANK", "0") == "0",
         data_sha256=digest,
-        precision=policy.precision,
+        precision=mode.policy.precision,
         lock_shared_with=launched_by_ampkit(),
     ) as plan:
-        return _train(config, callbacks, corpus, policy, plan, digest)
+        return _train(config, callbacks, corpus, mode, plan, digest)
 
 
 def _train(
     config: TrainConfig,
     callbacks: Sequence[Callback | Callable[[StepMetrics], None]],
     corpus: ByteCorpus,
-    policy: Policy,
+    mode: PrecisionMode,
     plan: RunPlan,
     digest: Callable[[], str],
 ) -> TrainSummary:
@@ -200,7 +218,7 @@ def _train(
     )
     out = Path(config.out) if config.out else None
     scaler = None
-    if policy.uses_scaler:
+    if mode.policy.uses_scaler:
         scaler = LossScaler(init_scale=config.init_scale, growth_interval=config.growth_interval)
     parts: dict[str, Any] = {}
 
@@ -221,8 +239,8 @@ def _train(
             make_optimizer,
             scheduler=make_scheduler,
             max_steps=config.steps,
-            precision=config.precision,
-            device=config.device,
+            precision=mode,
+            device=mode.policy.device,
             grad_accum_steps=config.grad_accum,
             max_grad_norm=config.max_grad_norm,
             batch_size=config.batch_size,
@@ -249,7 +267,6 @@ def _train(
             run_config=run_record(config, digest()) if checkpoints else None,
             progress_bar=False,  # the caller passes its own display as a callback
             resume_precision_change=config.allow_precision_change,
-            update_compensation=config.update_compensation,
         )
     result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(

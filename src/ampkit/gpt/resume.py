@@ -19,6 +19,7 @@ from typing import Any
 from ampkit._files import json_safe
 from ampkit.errors import ConfigurationError
 from ampkit.gpt.config import TrainConfig
+from ampkit.precision.policy import uses_loss_scaling
 
 __all__ = ["APPLIED", "FREE", "check_resume_config", "override_lr", "run_record"]
 
@@ -107,7 +108,7 @@ def check_resume_config(
         )
         return notes
     current = json.loads(json.dumps(json_safe(config.to_dict())))
-    uses_scaler = precision == "fp16"
+    uses_scaler = uses_loss_scaling(precision)
     for name, now in current.items():
         if name in FREE or name in APPLIED or name not in saved:
             continue

@@ -8,6 +8,8 @@ command line) is built on this package, and this package imports none of them:
 * :mod:`~ampkit.precision.policy`: the only precision-name parser and the ``auto`` rules;
 * :mod:`~ampkit.precision.scaler`: dynamic loss scaling;
 * :mod:`~ampkit.precision.engine`: :class:`MixedPrecision`, the loop-level engine;
+* :mod:`~ampkit.precision.modes`: one object per precision mode (fp32, mixed, bf16-true,
+  fp8), the hooks the engine, the Trainer, bench and the doctor call;
 * :mod:`~ampkit.precision.bf16_true` and :mod:`~ampkit.precision.fp8`: the low-precision
   weight and matmul machinery those modes use;
 * shared assets: :mod:`~ampkit.precision.batches` (how a batch becomes a loss),

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ampkit.errors import CheckpointError, ConfigurationError, PrecisionWarning, ScalerStateError
+from ampkit.errors import CheckpointError, ConfigurationError, ScalerStateError
+from ampkit.precision.modes import PrecisionMode, precision_mode
 from ampkit.precision.policy import Policy, precision_session, resolve_precision
 from ampkit.precision.scaler import LossScaler, ScalerStats
 
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MixedPrecision", "StepResult", "loss_tensor", "validate_param_dtypes"]
 
-#: Precisions whose weights are meant to be low precision (pure bf16 training, no fp32 copy).
-#: Every other precision keeps fp32 weights and lets autocast cast them per op.
-LOW_PRECISION_WEIGHTS: dict[str, torch.dtype] = {"bf16-true": torch.bfloat16}
-
 
 def validate_param_dtypes(optimizer: torch.optim.Optimizer, policy: Policy) -> None:
     """Refuse fp16/bf16 parameters the precision does not expect.
@@ -44,14 +40,14 @@ def validate_param_dtypes(optimizer: torch.optim.Optimizer, policy: Policy) -> N
     Mixed precision keeps the weights (and the optimizer's update) in fp32 and lets autocast
     cast them per op. fp16 weights under a loss scaler lose every update smaller than half an
     fp16 ulp and overflow to inf/NaN while the step still reports success; bf16 weights lose
-    small updates the same way. Only a policy named in :data:`LOW_PRECISION_WEIGHTS`
-    (``"bf16-true"``: pure bf16) may hold weights of its dtype.
+    small updates the same way. Only a policy whose ``param_dtype`` is low precision
+    (``"bf16-true"``: pure bf16) may hold weights of that dtype.
 
     Raises:
         ConfigurationError: a parameter of ``optimizer`` is fp16 or bf16 and the policy's
             precision does not hold weights of that dtype.
     """
-    allowed = LOW_PRECISION_WEIGHTS.get(policy.precision)
+    allowed = policy.param_dtype
     for index, group in enumerate(optimizer.param_groups):
         for param in group["params"]:
             dtype = param.dtype
@@ -144,8 +140,10 @@ class MixedPrecision:
     """Autocast, loss scaling, accumulation and clipping for a hand-written loop.
 
     Args:
-        precision: ``"auto"``, ``"fp32"``, ``"fp16"``, ``"bf16"`` (or an alias), or a
-            :class:`~ampkit.Policy` from :func:`~ampkit.resolve_precision`.
+        precision: ``"auto"``, ``"fp32"``, ``"fp16"``, ``"bf16"``, ``"bf16-true"``, ``"fp8"``
+            (or an alias), a :class:`~ampkit.Policy` from :func:`~ampkit.resolve_precision`, or a
+            precision mode object (:class:`~ampkit.Bf16True`, :class:`~ampkit.Fp8`, ...; it
+            holds the mode's options). The engine calls the mode's hooks (:attr:`mode`).
         device: training device; ``None`` picks CUDA when available, else CPU.
         grad_accum_steps: micro-batches per optimizer step; the loss is divided by it.
         max_grad_norm: clip the unscaled gradients to this total norm; None disables clipping.
@@ -179,7 +177,7 @@ class MixedPrecision:
 
     def __init__(
         self,
-        precision: str | Policy = "auto",
+        precision: str | Policy | PrecisionMode = "auto",
         device: torch.device | str | None = None,
         *,
         grad_accum_steps: int = 1,
@@ -213,20 +211,28 @@ class MixedPrecision:
             raise ConfigurationError(
                 f"tf32: {tf32!r} is invalid. Use True, False, or None to follow the hardware."
             )
-        if isinstance(precision, Policy):
-            self.policy = precision
+        options = {
+            "fp8_plan": fp8_plan,
+            "update_compensation": update_compensation,
+            "bf16_true_keep_fp32": bf16_true_keep_fp32,
+        }
+        if isinstance(precision, PrecisionMode):
+            mode = precision_mode(precision, **options)  # refuses options next to a mode
+            if not mode.bound:
+                mode.bind(mode.resolve(device, tf32=tf32))
         else:
-            self.policy = resolve_precision(precision, device, tf32=tf32)
+            policy = (
+                precision
+                if isinstance(precision, Policy)
+                else resolve_precision(precision, device, tf32=tf32)
+            )
+            mode = precision_mode(policy, **options)
+        #: The precision mode: every precision-specific step of the engine is one of its hooks.
+        self.mode: PrecisionMode = mode
+        self.policy: Policy = mode.policy
         self.grad_accum_steps = grad_accum_steps
         self.max_grad_norm = max_grad_norm
         self.scaler = self._check_scaler(scaler, process_group)
-        self._check_low_precision_options(fp8_plan, update_compensation, bf16_true_keep_fp32)
-        self.fp8_plan = fp8_plan
-        self.update_compensation = update_compensation or "kahan"
-        self.bf16_true_keep_fp32 = bf16_true_keep_fp32
-        #: fp8: all-gather FSDP2 weight shards in fp8 (the Trainer sets it under FSDP2 with
-        #: the tensorwise recipe, before prepare_model).
-        self.fp8_fsdp_all_gather = False
         self._micro_step = 0
         self._session: contextlib.ExitStack | None = None
         self._checked_optimizers: set[int] = set()
@@ -252,44 +258,10 @@ class MixedPrecision:
             )
         return scaler
 
-    def _check_low_precision_options(
-        self, plan: Any, compensation: str | None, keep: Sequence[Any] | None
-    ) -> None:
-        precision = self.policy.precision
-        for name, value, owner in [
-            ("fp8_plan", plan, "fp8"),
-            ("update_compensation", compensation, "bf16-true"),
-            ("bf16_true_keep_fp32", keep, "bf16-true"),
-        ]:
-            if value is not None and precision != owner:
-                raise ConfigurationError(
-                    f"{name}: given, but the precision is {precision}; it applies to "
-                    f"{owner} only. Drop {name}=, or ask for precision={owner!r}."
-                )
-        if plan is not None and plan.recipe != self.policy.fp8_recipe:
-            raise ConfigurationError(
-                f"fp8_plan: the plan was made for the {plan.recipe} recipe, but precision "
-                f"{self.policy.requested!r} uses {self.policy.fp8_recipe}. Make the plan with "
-                f"recipe={self.policy.fp8_recipe!r}, or ask for the precision of its recipe."
-            )
-        if compensation is not None:
-            from ampkit.precision.bf16_true.compensated import check_compensation
-
-            check_compensation(compensation)
-        if compensation == "none":
-            warnings.warn(
-                "update_compensation='none' under bf16-true: with bf16 weights and "
-                "round-to-nearest, every update smaller than half an ulp of its weight is "
-                "lost (a weight of magnitude 1 ignores updates below 0.002, step after step). "
-                "Use 'kahan' (the default) or 'stochastic'.",
-                PrecisionWarning,
-                stacklevel=3,
-            )
-
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Make ``model`` ready for the precision, in place; return it.
+        """Make ``model`` ready for the precision, in place; return it (the mode's hook).
 
-        ``fp8``: convert the Linear layers :attr:`fp8_plan` selects to torchao's Float8Linear
+        ``fp8``: convert the Linear layers of the mode's plan to torchao's Float8Linear
         (without a plan: the layers that pass the shape rules and torchao's size prior).
         ``bf16-true``: cast parameters and buffers to bf16, keeping ``bf16_true_keep_fp32``
         (default: embeddings, norms, the final projection) in fp32. Others: unchanged.
@@ -299,40 +271,16 @@ class MixedPrecision:
             ConfigurationError: the plan names layers that are not Linears of ``model``.
             MissingDependencyError: fp8 without torchao.
         """
-        if self.policy.precision == "fp8":
-            from ampkit.precision.fp8.convert import convert_to_fp8
-            from ampkit.precision.fp8.planning import fp8_plan
-
-            plan = self.fp8_plan or fp8_plan(
-                model, recipe=self.policy.fp8_recipe or "tensorwise", measure=False
-            )
-            convert_to_fp8(
-                model,
-                plan.selected,
-                plan.recipe,
-                emulate=self.policy.emulate,
-                fsdp_float8_all_gather=self.fp8_fsdp_all_gather,
-            )
-        elif self.policy.precision == "bf16-true":
-            from ampkit.precision.bf16_true.casting import to_bf16_true
-
-            to_bf16_true(model, self.bf16_true_keep_fp32)
-        return model
+        return self.mode.prepare_model(model)
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """bf16-true: wrap ``optimizer`` in a :class:`~ampkit.precision.bf16_true.CompensatedOptimizer`
-        with :attr:`update_compensation`. Others: ``optimizer`` unchanged.
+        """The optimizer to train with (the mode's hook): bf16-true wraps ``optimizer`` in a
+        :class:`~ampkit.precision.bf16_true.CompensatedOptimizer`; others return it unchanged.
 
         Raises:
             ConfigurationError: ``optimizer`` is not a ``torch.optim.Optimizer``.
         """
-        if self.policy.precision != "bf16-true":
-            return optimizer
-        from ampkit.precision.bf16_true.compensated import CompensatedOptimizer
-
-        if isinstance(optimizer, CompensatedOptimizer):
-            return optimizer
-        return CompensatedOptimizer(optimizer, self.update_compensation)  # type: ignore[arg-type]
+        return self.mode.prepare_optimizer(optimizer)
 
     # -- session -------------------------------------------------------------------------
 
@@ -375,9 +323,9 @@ class MixedPrecision:
         """Whether the next ``backward`` completes an accumulation window."""
         return self._micro_step == self.grad_accum_steps - 1
 
-    def autocast(self) -> torch.autocast:
-        """The autocast region of the policy; an explicit fp32 region for fp32."""
-        return self.policy.autocast()
+    def autocast(self) -> Any:
+        """The mode's autocast region (the policy's; an explicit fp32 region for fp32)."""
+        return self.mode.autocast()
 
     @contextlib.contextmanager
     def accumulate(self, model: torch.nn.Module) -> Iterator[None]:
@@ -463,6 +411,7 @@ class MixedPrecision:
             )
         micro = self._micro_step
         self._micro_step = 0
+        self.mode.before_optimizer_step(optimizer)
         self.scaler.unscale_(optimizer)
         norm = None
         if self.max_grad_norm is not None:
@@ -470,6 +419,7 @@ class MixedPrecision:
             norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         stepped = self.scaler.step(optimizer)
         self.scaler.update()
+        self.mode.after_optimizer_step(optimizer, stepped)
         if stepped and scheduler is not None:
             scheduler.step()
         optimizer.zero_grad(set_to_none=True)
@@ -484,13 +434,18 @@ class MixedPrecision:
     # -- checkpointing ---------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Precision, loss-scaler state and the position inside the accumulation window."""
-        return {
+        """Precision, loss-scaler state and the position inside the accumulation window
+        (and the mode's state, under ``"mode"``, for a mode that keeps one)."""
+        state: dict[str, Any] = {
             "precision": self.policy.precision,
             "grad_accum_steps": self.grad_accum_steps,
             "micro_step": self._micro_step,
             "scaler": self.scaler.state_dict(),
         }
+        mode_state = self.mode.state_dict()
+        if mode_state:
+            state["mode"] = mode_state
+        return state
 
     def load_state_dict(
         self, state: dict[str, Any], *, allow_precision_change: bool = False
@@ -548,5 +503,6 @@ class MixedPrecision:
             self._micro_step = micro
             return str(saved)
         self.scaler.load_state_dict(state["scaler"])
+        self.mode.load_state_dict(state.get("mode") or {})
         self._micro_step = micro
         return None

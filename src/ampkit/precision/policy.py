@@ -35,11 +35,17 @@ from ampkit.precision.hardware import (
 __all__ = [
     "FP8_RECIPES",
     "PRECISION_ALIASES",
+    "ParsedPrecision",
     "Policy",
     "Precision",
+    "analysis_policy",
+    "parse_precision",
     "precision_session",
+    "register_precision",
     "resolve_device",
     "resolve_precision",
+    "unregister_precision",
+    "uses_loss_scaling",
 ]
 
 Precision = Literal["fp32", "fp16", "bf16", "bf16-true", "fp8"]
@@ -72,13 +78,23 @@ FP8_RECIPES: dict[str, str] = {
     "fp8-rowwise-gw-hp": "rowwise_with_gw_hp",
 }
 
-_DTYPES: dict[Precision, torch.dtype] = {
+#: The dtype autocast runs matmuls and convolutions in, per canonical precision.
+_DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
     "bf16-true": torch.bfloat16,  # parameters, gradients and optimizer state too
     "fp8": torch.bfloat16,  # every op that is not an fp8 Linear runs under bf16 autocast
 }
+
+#: Precisions whose parameters are stored in a low-precision dtype (every other: fp32).
+_PARAM_DTYPES: dict[str, torch.dtype] = {"bf16-true": torch.bfloat16}
+
+#: Precisions whose narrow exponent needs dynamic loss scaling.
+_SCALED: set[str] = {"fp16"}
+
+#: Names added by :func:`register_precision` (the built-in ones cannot be removed).
+_REGISTERED: set[str] = set()
 
 _FP8_INSTALL = "pip install 'ampkit[fp8]' (torchao 0.18 pairs with torch 2.13)"
 
@@ -97,7 +113,8 @@ class Policy:
     Attributes:
         precision: canonical name: ``"fp32"``, ``"fp16"``, ``"bf16"`` (mixed: fp32 weights),
             ``"bf16-true"`` (bf16 weights, gradients and optimizer state, compensated updates)
-            or ``"fp8"`` (torchao float8 Linears, bf16 autocast elsewhere).
+            or ``"fp8"`` (torchao float8 Linears, bf16 autocast elsewhere); or a name added
+            with :func:`register_precision`.
         device: the device the policy is for.
         compute_dtype: the dtype autocast runs matmuls and convolutions in.
         uses_scaler: True only for fp16, whose narrow exponent needs dynamic loss scaling.
@@ -110,7 +127,7 @@ class Policy:
         emulate: fp8 only: torchao emulates the fp8 matmuls (CPU tests; no speed-up).
     """
 
-    precision: Precision
+    precision: str
     device: torch.device
     compute_dtype: torch.dtype
     uses_scaler: bool
@@ -123,7 +140,7 @@ class Policy:
     @property
     def param_dtype(self) -> torch.dtype:
         """The dtype parameters are stored in: bf16 for ``bf16-true``, else fp32."""
-        return torch.bfloat16 if self.precision == "bf16-true" else torch.float32
+        return _PARAM_DTYPES.get(self.precision, torch.float32)
 
     @property
     def autocast_enabled(self) -> bool:
@@ -196,17 +213,143 @@ def resolve_device(device: torch.device | str | None = None) -> torch.device:
     return dev
 
 
-def _canonical(precision: str) -> Precision | Literal["auto"]:
-    key = precision.strip().lower() if isinstance(precision, str) else precision
+@dataclass(frozen=True)
+class ParsedPrecision:
+    """A precision as spelled, read: what :func:`parse_precision` returns.
+
+    Attributes:
+        precision: the canonical name (``"fp32"``, ``"fp16"``, ``"bf16"``, ``"bf16-true"``,
+            ``"fp8"`` or a registered one), or ``"auto"`` (decided by the hardware).
+        spelled: the spelling as given.
+        fp8_recipe: fp8 only: torchao's recipe the spelling names (:data:`FP8_RECIPES`).
+    """
+
+    precision: str
+    spelled: str
+    fp8_recipe: str | None = None
+
+
+def parse_precision(spelled: str) -> ParsedPrecision:
+    """Read a precision's spelling (``"bf16-mixed"``, ``"fp8-rowwise"``, ``"auto"``, ...): the one
+    parser every command, the engine and the Trainer use. Case and surrounding spaces are
+    ignored.
+
+    Raises:
+        ConfigurationError: ``spelled`` is not a string or not a known name; the message lists
+            the accepted names and the closest one.
+    """
+    key = spelled.strip().lower() if isinstance(spelled, str) else spelled
     if key == "auto":
-        return "auto"
-    if key in PRECISION_ALIASES:
-        return PRECISION_ALIASES[key]
+        return ParsedPrecision("auto", str(spelled))
+    if isinstance(key, str) and key in PRECISION_ALIASES:
+        return ParsedPrecision(PRECISION_ALIASES[key], spelled, FP8_RECIPES.get(key))
     accepted = ["auto", *PRECISION_ALIASES]
     guess = difflib.get_close_matches(str(key), accepted, n=1)
     hint = f" Did you mean {guess[0]!r}?" if guess else ""
     raise ConfigurationError(
-        f"precision: unknown precision {precision!r}. Accepted: {', '.join(accepted)}.{hint}"
+        f"precision: unknown precision {spelled!r}. Accepted: {', '.join(accepted)}.{hint}"
+    )
+
+
+def _canonical(precision: str) -> str:
+    return parse_precision(precision).precision
+
+
+def uses_loss_scaling(precision: str) -> bool:
+    """Whether training in ``precision`` (a spelling or canonical name) scales the loss
+    (fp16's narrow exponent needs it; ``"auto"`` is not a precision here).
+
+    Raises:
+        ConfigurationError: ``precision`` is unknown.
+    """
+    return parse_precision(precision).precision in _SCALED
+
+
+def register_precision(
+    name: str,
+    *,
+    compute_dtype: torch.dtype,
+    param_dtype: torch.dtype = torch.float32,
+    uses_scaler: bool = False,
+    aliases: tuple[str, ...] = (),
+) -> None:
+    """Make ``name`` (and its ``aliases``) a precision :func:`resolve_precision` accepts.
+
+    :func:`ampkit.precision.modes.register_mode` calls it for a new precision mode; the
+    hardware rules of an explicit choice apply to it.
+
+    Args:
+        name: the canonical name (lower case, not yet taken).
+        compute_dtype: the dtype autocast runs matmuls and convolutions in.
+        param_dtype: the dtype the parameters are stored in.
+        uses_scaler: whether the loss is scaled (dynamic loss scaling, as fp16).
+        aliases: other spellings of it.
+
+    Raises:
+        ConfigurationError: a name or alias is taken (or ``"auto"``), or not lower case.
+    """
+    for spelled in (name, *aliases):
+        if not isinstance(spelled, str) or spelled != spelled.strip().lower() or not spelled:
+            raise ConfigurationError(
+                f"register_precision: {spelled!r} is not a precision name; use a lower-case "
+                "string without surrounding spaces."
+            )
+        if spelled == "auto" or spelled in PRECISION_ALIASES:
+            raise ConfigurationError(
+                f"register_precision: {spelled!r} is taken (it names "
+                f"{PRECISION_ALIASES.get(spelled, 'auto')!r}). Pick another name."
+            )
+    for spelled in (name, *aliases):
+        PRECISION_ALIASES[spelled] = name  # type: ignore[assignment]
+    _DTYPES[name] = compute_dtype
+    if param_dtype != torch.float32:
+        _PARAM_DTYPES[name] = param_dtype
+    if uses_scaler:
+        _SCALED.add(name)
+    _REGISTERED.add(name)
+
+
+def unregister_precision(name: str) -> None:
+    """Remove a precision added by :func:`register_precision` (and its aliases).
+
+    Raises:
+        ConfigurationError: ``name`` was not registered (the built-in names stay).
+    """
+    if name not in _REGISTERED:
+        raise ConfigurationError(
+            f"unregister_precision: {name!r} was not added by register_precision; the built-in "
+            "precisions cannot be removed."
+        )
+    for spelled in [k for k, v in PRECISION_ALIASES.items() if v == name]:
+        del PRECISION_ALIASES[spelled]
+    _DTYPES.pop(name, None)
+    _PARAM_DTYPES.pop(name, None)
+    _SCALED.discard(name)
+    _REGISTERED.discard(name)
+
+
+def analysis_policy(precision: str, device: torch.device | str) -> Policy:
+    """A :class:`Policy` for measuring numerics, not for training: ``precision``'s autocast on
+    ``device`` without asking whether the hardware runs it fast (the doctor plans for other
+    machines too). Its ``reason`` says so.
+
+    Raises:
+        ConfigurationError: ``precision`` is unknown or ``"auto"``.
+    """
+    parsed = parse_precision(precision)
+    if parsed.precision == "auto":
+        raise ConfigurationError(
+            "precision: 'auto' depends on the hardware; resolve it with resolve_precision first."
+        )
+    name = parsed.precision
+    return Policy(
+        precision=name,
+        device=torch.device(device),
+        compute_dtype=_DTYPES[name],
+        uses_scaler=name in _SCALED,
+        reason=f"{name} autocast for analysis (the hardware was not asked whether it runs it).",
+        requested=str(precision),
+        fp8_recipe=parsed.fp8_recipe,
     )
 
 
@@ -357,7 +500,7 @@ def _fp8(hw: HardwareInfo, spelled: str, emulate: bool) -> str:
     return reason
 
 
-def _explicit(precision: Precision, hw: HardwareInfo, spelled: str) -> str:
+def _explicit(precision: str, hw: HardwareInfo, spelled: str) -> str:
     backend = hw.backend
     wants_bf16 = precision in ("bf16", "bf16-true")
     if wants_bf16 and backend == "cuda" and hw.cuda_bf16 is False:
@@ -455,7 +598,8 @@ def resolve_precision(
     Warns:
         PrecisionWarning: fp16 requested on a CPU (honoured, but emulated and slow).
     """
-    wanted = _canonical(precision)
+    parsed = parse_precision(precision)
+    wanted = parsed.precision
     dev = resolve_device(device) if hardware is None else hardware.device
     hw = hardware if hardware is not None else probe(dev)
     if emulate and wanted != "fp8":
@@ -463,6 +607,7 @@ def resolve_precision(
             f"emulate: emulate=True applies to fp8 only, but the precision is {precision!r}. "
             "Drop emulate=True, or ask for precision='fp8'."
         )
+    chosen: str
     if wanted == "auto":
         chosen, reason = _auto(hw)
     elif wanted == "fp8":
@@ -479,11 +624,11 @@ def resolve_precision(
         precision=chosen,
         device=dev,
         compute_dtype=_DTYPES[chosen],
-        uses_scaler=chosen == "fp16",
+        uses_scaler=chosen in _SCALED,
         reason=reason,
         tf32=has_tf32 if tf32 is None else tf32,
         requested=str(precision),
-        fp8_recipe=FP8_RECIPES[precision.strip().lower()] if chosen == "fp8" else None,
+        fp8_recipe=parsed.fp8_recipe,
         emulate=emulate,
     )
 

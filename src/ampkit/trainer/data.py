@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sized
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -23,7 +23,24 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from ampkit.errors import ConfigurationError
 from ampkit.precision.devices import loader_defaults
 
-__all__ = ["ResumableSampler", "build_loader", "permuted"]
+__all__ = ["ResumableSampler", "build_loader", "example_batch", "permuted"]
+
+
+def example_batch(data: Any, batch_size: int | None) -> Any:
+    """One batch of ``fit``'s data (for a precision mode that plans from it, fp8): the first
+    ``batch_size`` samples of a Dataset (collated), or the first batch of an iterable.
+
+    Raises:
+        ConfigurationError: the data holds no batch.
+    """
+    if isinstance(data, torch.utils.data.Dataset) and hasattr(data, "__len__"):
+        count = min(batch_size or 1, len(data))
+        if count:
+            return torch.utils.data.default_collate([data[i] for i in range(count)])
+    else:
+        for batch in data:
+            return batch
+    raise ConfigurationError("Trainer: the training data produced no batch to plan fp8 on.")
 
 
 class ResumableSampler(Sampler[int]):

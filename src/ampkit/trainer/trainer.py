@@ -43,6 +43,7 @@ from ampkit.errors import (
 from ampkit.precision.batches import batch_loss, batch_size_of
 from ampkit.precision.devices import fork_rng, peak_memory, reset_peak_memory
 from ampkit.precision.engine import MixedPrecision, StepResult
+from ampkit.precision.modes import PrecisionMode, TrainingSetup
 from ampkit.precision.policy import Policy, resolve_device
 from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.arguments import check_arguments
@@ -54,19 +55,13 @@ from ampkit.trainer.checkpoint import (
     restore,
 )
 from ampkit.trainer.checkpoint_writer import CheckpointWriter
-from ampkit.trainer.data import build_loader
+from ampkit.trainer.data import build_loader, example_batch
 from ampkit.trainer.distributed import (
     DistContext,
     Strategy,
     init_distributed,
     teardown_distributed,
     wrap_model,
-)
-from ampkit.trainer.low_precision import (
-    compile_default,
-    keep_islands_fp32,
-    plan_fp8,
-    with_lost_updates,
 )
 from ampkit.trainer.metrics import Throughput
 from ampkit.trainer.result import FitResult
@@ -90,7 +85,11 @@ class Trainer:
             parameters after wrapping (required for ``strategy="fsdp"``).
         loss_fn: ``loss_fn(outputs, targets)``; None when the model returns its loss.
         max_steps: optimizer steps to train for (a resumed run stops at the same step).
-        precision, device, grad_accum_steps, max_grad_norm: as :class:`~ampkit.MixedPrecision`.
+        precision: ``"auto"``, a name (``"bf16"``, ``"fp8"``, ...), a :class:`~ampkit.Policy`, or a
+            precision mode object holding the mode's options, e.g.
+            ``ampkit.Bf16True(update_compensation="stochastic")`` or
+            ``ampkit.Fp8(plan=plan)`` (:mod:`ampkit.precision.modes`).
+        device, grad_accum_steps, max_grad_norm: as :class:`~ampkit.MixedPrecision`.
         scheduler: an LR scheduler, or a factory called with the optimizer. It steps only
             when the optimizer stepped.
         batch_size: per-process micro-batch size, used when ``fit`` gets a Dataset.
@@ -110,8 +109,8 @@ class Trainer:
             continues; each is committed (manifest, ``COMPLETE``) at the next checkpoint or
             at the end of ``fit``, once its files are on disk.
         compile: ``torch.compile`` the model; ``compile_mode`` e.g. ``"reduce-overhead"``.
-            None: on for fp8 on CUDA (eager fp8 is slower than bf16), off otherwise; False
-            under fp8 on CUDA warns.
+            None: the precision mode's default (on for fp8 on CUDA: eager fp8 is slower than
+            bf16; off otherwise); False under fp8 on CUDA warns.
         channels_last: channels-last memory format for the model and 4-D inputs (conv nets).
         cudnn_benchmark: let cuDNN pick algorithms per shape (restored after ``fit``).
         strategy: ``"auto"`` (DDP under torchrun), ``"ddp"``, ``"fsdp"`` or ``"none"``.
@@ -137,13 +136,12 @@ class Trainer:
             and in the first metrics row after the resume (``precision_change``).
         run_config: the run's settings (JSON-ready), recorded as ``config`` in every
             checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
-        fp8_plan: fp8 only: the :class:`~ampkit.precision.fp8.Fp8Plan` to apply; None plans from the
-            first batch of ``fit``'s data (measured on CUDA; rank 0's plan is used by all).
-            Under FSDP2 with the tensorwise recipe, weights are all-gathered in fp8 and their
-            scales precomputed after each optimizer step.
-        update_compensation, bf16_true_keep_fp32: bf16-true only, as
-            :class:`~ampkit.MixedPrecision`. The logged metrics then carry ``lost_updates``,
-            and a share above ``ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT`` warns once.
+
+    Under ``precision="fp8"`` (or ``ampkit.Fp8(...)`` without a plan) the plan is measured on
+    the first batch of ``fit``'s data (on CUDA; rank 0's plan is used by all); under FSDP2
+    with the tensorwise recipe weights are all-gathered in fp8. Under ``"bf16-true"`` the
+    logged metrics carry ``lost_updates``, and a share above
+    ``ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT`` warns once.
 
     ``fit`` stops with :class:`~ampkit.NonFiniteTrainingError` when the fp32/bf16 training
     loss is inf/NaN at a logged step or a checkpoint step (the weights are then no longer
@@ -163,7 +161,7 @@ class Trainer:
         *,
         max_steps: int,
         loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
-        precision: str | Policy = "auto",
+        precision: str | Policy | PrecisionMode = "auto",
         device: torch.device | str | None = None,
         grad_accum_steps: int = 1,
         max_grad_norm: float | None = None,
@@ -194,9 +192,6 @@ class Trainer:
         eval_data: Any = None,
         progress_bar: bool | None = None,
         resume_precision_change: bool = False,
-        fp8_plan: Any = None,
-        update_compensation: str | None = None,
-        bf16_true_keep_fp32: Sequence[str | type[nn.Module]] | None = None,
     ) -> None:
         check_arguments(
             optimizer,
@@ -222,11 +217,8 @@ class Trainer:
             grad_accum_steps=grad_accum_steps,
             max_grad_norm=max_grad_norm,
             scaler=scaler,
-            fp8_plan=fp8_plan,
-            update_compensation=update_compensation,
-            bf16_true_keep_fp32=bf16_true_keep_fp32,
         )
-        compile = compile_default(self.mp, compile)
+        compile = self.mp.mode.compile_default(compile)
         if self.mp.policy.uses_scaler and isinstance(optimizer, torch.optim.LBFGS):
             raise ConfigurationError(
                 "Trainer: LBFGS needs a closure, which fp16 loss scaling cannot scale. "
@@ -274,8 +266,6 @@ class Trainer:
         self.resumed_from: Path | None = None
         self._row_start = 1  # the first step of the interval the next logged row covers
         self._param_names: dict[int, str] = {}
-        self._lost_warned = False
-        self._lost_updates: float | None = None  # bf16-true: at the last logged step
 
     # -- properties ------------------------------------------------------------------------
 
@@ -309,20 +299,21 @@ class Trainer:
         if self.channels_last:
             # nn.Module.to takes memory_format; torch's type stubs do not list it
             model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-        if self.mp.policy.precision == "fp8":
-            note = plan_fp8(
-                self.mp,
-                model,
-                train_data,
-                batch_size=self.batch_size,
-                loss_fn=self.loss_fn,
-                ctx=self.dist,
-                strategy=self.strategy,
-                keep_fp32=self.fp32_islands.modules if self.fp32_islands else (),
-            )
-            self.notes.extend([note] if note else [])
-        if self.mp.policy.precision == "bf16-true" and self.fp32_islands is not None:
-            keep_islands_fp32(self.mp, model, self.fp32_islands.modules)
+        closure = None
+        if train_data is not None:
+
+            def closure() -> torch.Tensor:  # one real batch, read only if the mode asks
+                batch = to_device(example_batch(train_data, self.batch_size), self.device)
+                return batch_loss(model, batch, self.loss_fn)
+
+        setup = TrainingSetup(
+            model,
+            closure=closure,
+            distributed=self.dist.distributed,
+            fsdp=self.strategy == "fsdp" and self.dist.distributed,
+            keep_fp32=self.fp32_islands.modules if self.fp32_islands else (),
+        )
+        self.notes.extend(self.mp.mode.setup_training(setup))
         model = self.mp.prepare_model(model)
         self.model = wrap_model(model, self.strategy, self.dist, self.mp.policy)
         self._param_names = {id(p): n for n, p in self.model.named_parameters()}
@@ -494,16 +485,10 @@ class Trainer:
             meter.add(loss, batch_size_of(batch))
             self.state.batch_in_epoch += 1
             if self.mp.micro_step == self.mp.grad_accum_steps and self._logs(self.state.step + 1):
-                measure = getattr(parts.optimizer, "measure_next_step", None)
-                if measure is not None:
-                    measure()
-            result = self.mp.step(parts.optimizer, parts.scheduler)
+                self.mp.mode.measure_next_step(parts.optimizer)
+            result = self.mp.step(parts.optimizer, parts.scheduler)  # runs the step hooks
             if not result.window_done:
                 continue
-            if result.stepped and self.mp.fp8_fsdp_all_gather:
-                from ampkit.precision.fp8.convert import precompute_fsdp_scales
-
-                precompute_fsdp_scales(self.model)
             self.state.step += 1
             done = self.state.step >= self.max_steps
             self._after_step(result, meter, done)
@@ -534,11 +519,10 @@ class Trainer:
             if self._precision_change:
                 metrics = replace(metrics, precision_change=self._precision_change)
                 self._precision_change = None
-            metrics, warned = with_lost_updates(
-                metrics, self._parts().optimizer, self._param_names, not self._lost_warned
+            measured = self.mp.mode.step_metrics(
+                self._parts().optimizer, step=self.state.step, names=self._param_names
             )
-            self._lost_warned = self._lost_warned or warned
-            self._lost_updates = metrics.lost_updates
+            metrics = replace(metrics, **measured)
             for callback in self.callbacks:
                 callback.on_log(self, metrics)  # the row with the inf/NaN is logged, then we stop
             if self._watch_loss and not math.isfinite(metrics.loss):
@@ -603,10 +587,7 @@ class Trainer:
             checkpoints=list(self.saved),
             notes=list(self.notes),
             scale_history=list(stats.scale_history),
-            update_compensation=(
-                self.mp.update_compensation if self.mp.policy.precision == "bf16-true" else None
-            ),
-            lost_updates=self._lost_updates,
+            **self.mp.mode.result_fields(),
         )
 
     def save_checkpoint(self) -> Path | None:

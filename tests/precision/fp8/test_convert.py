@@ -75,10 +75,9 @@ def test_emulated_fp8_training_decreases_the_loss(spelling):
         lambda p: torch.optim.AdamW(p, lr=1e-2),
         loss_fn=nn.functional.mse_loss,
         max_steps=30,
-        precision=policy,
+        precision=ampkit.Fp8(policy.fp8_recipe, plan=plan, emulate=True),
         batch_size=32,
         log_every=5,
-        fp8_plan=plan,
     )
     losses = []
 
@@ -103,7 +102,7 @@ def test_trainer_plans_from_the_first_batch_when_no_plan_is_given():
         batch_size=8,
     )
     result = trainer.fit(_data(16))
-    plan = trainer.mp.fp8_plan
+    plan = trainer.mp.mode.plan
     assert [d.tokens for d in plan.layers] == [8, 8, 8]  # measured at the real batch
     assert plan.selected == () and "0 of 3" in result.notes[0]  # small layers: prior says no
 
@@ -115,13 +114,12 @@ def test_trainer_leaves_keep_fp32_islands_out_of_the_plan():
         lambda p: torch.optim.SGD(p, lr=1e-3),
         loss_fn=nn.functional.mse_loss,
         max_steps=1,
-        precision=resolve_precision("fp8", "cpu", emulate=True),
+        precision=ampkit.Fp8(plan=_plan_all_but(model, ""), emulate=True),
         batch_size=8,
         keep_fp32=["fc1"],
-        fp8_plan=_plan_all_but(model, ""),
     )
     trainer.fit(_data(16))
     assert fp8_layer_names(model) == ["fc2", "out"]
-    assert {d.name: d.reason for d in trainer.mp.fp8_plan.layers}[
+    assert {d.name: d.reason for d in trainer.mp.mode.plan.layers}[
         "fc1"
     ] == "kept in fp32 (keep_fp32)"

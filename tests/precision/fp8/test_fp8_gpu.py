@@ -57,7 +57,7 @@ def test_trainer_fp8_compiles_and_trains():
         log_every=5,
     )
     plan = fp8_plan(model.cuda(), data[0], loss_fn=nn.functional.mse_loss, use_size_prior=False)
-    trainer.mp.fp8_plan = plan
+    trainer.mp.mode.plan = plan
     result = trainer.fit(data)
     assert trainer.compile
     assert fp8_layer_names(model) == list(plan.selected)

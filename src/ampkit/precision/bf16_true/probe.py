@@ -1,4 +1,5 @@
-"""The doctor's lost-updates probe: how many weight updates pure bf16 would round away.
+"""The lost-updates probe: how many weight updates pure bf16 would round away (what
+``ampkit doctor --precision bf16-true`` adds to its report).
 
 :func:`probe_lost_updates` trains the model for a few steps in bf16-true (bf16 weights,
 AdamW), once per update compensation, measuring every step with
@@ -9,7 +10,8 @@ are restored afterwards.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,6 +42,12 @@ class LostUpdatesReport:
     overall: dict[str, float]
     per_tensor: dict[str, dict[str, float]]
     kept_fp32: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready values (shares as fractions, as in :attr:`overall`)."""
+        data = asdict(self)
+        data["kept_fp32"] = list(self.kept_fp32)
+        return data
 
     def to_text(self, rows: int = 12) -> str:
         """A table: the tensors losing most updates without compensation, per compensation."""

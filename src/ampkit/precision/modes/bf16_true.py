@@ -1,0 +1,180 @@
+"""``Bf16True``: pure bf16 training (bf16 weights, gradients and optimizer state), with
+compensated updates so that small updates are not rounded away.
+
+The mode casts the model (:func:`~ampkit.precision.bf16_true.to_bf16_true`), wraps the
+optimizer (:class:`~ampkit.precision.bf16_true.CompensatedOptimizer`), measures the share of
+lost updates on logged steps (``lost_updates`` in the metrics and the run summary, a warning
+once when it is alarming) and adds the lost-updates probe to ``ampkit doctor``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ampkit._stack import user_stacklevel
+from ampkit.errors import PrecisionWarning
+from ampkit.precision.bf16_true.compensated import CompensatedOptimizer, check_compensation
+from ampkit.precision.modes.base import DoctorSection, PrecisionMode, TrainingSetup
+from ampkit.precision.policy import ParsedPrecision
+
+__all__ = ["Bf16True"]
+
+
+class Bf16True(PrecisionMode):
+    """bf16 weights, gradients and optimizer state; bf16 autocast.
+
+    Args:
+        update_compensation: ``"kahan"`` (default: a bf16 residual per weight keeps what
+            rounding dropped), ``"stochastic"`` (stochastic rounding) or ``"none"`` (warns:
+            small updates are lost).
+        keep_fp32: module names or types :meth:`prepare_model` keeps in fp32; None keeps
+            embeddings, norms and the final projection. The run's fp32 islands
+            (``keep_fp32`` of the Trainer) are kept in fp32 too.
+
+    Example::
+
+        Trainer(model, opt, max_steps=10, precision=ampkit.Bf16True(update_compensation="stochastic"))
+
+    Raises:
+        ConfigurationError: an unknown ``update_compensation``.
+
+    Warns:
+        PrecisionWarning: ``update_compensation="none"``.
+    """
+
+    precisions: ClassVar[tuple[str, ...]] = ("bf16-true",)
+    options: ClassVar[Mapping[str, str]] = {
+        "update_compensation": "update_compensation",
+        "bf16_true_keep_fp32": "keep_fp32",
+    }
+
+    def __init__(
+        self,
+        *,
+        update_compensation: str | None = None,
+        keep_fp32: Sequence[str | type[nn.Module]] | None = None,
+    ) -> None:
+        super().__init__("bf16-true")
+        if update_compensation is not None:
+            check_compensation(update_compensation)
+        if update_compensation == "none":
+            warnings.warn(
+                "update_compensation='none' under bf16-true: with bf16 weights and "
+                "round-to-nearest, every update smaller than half an ulp of its weight is "
+                "lost (a weight of magnitude 1 ignores updates below 0.002, step after step). "
+                "Use 'kahan' (the default) or 'stochastic'.",
+                PrecisionWarning,
+                stacklevel=user_stacklevel(),
+            )
+        self.update_compensation: str = update_compensation or "kahan"
+        self.keep_fp32 = keep_fp32
+        self._islands: tuple[str, ...] = ()
+        self._lost: float | None = None  # the share at the last logged step
+        self._warned = False
+
+    @classmethod
+    def from_parsed(cls, parsed: ParsedPrecision, options: Mapping[str, Any]) -> PrecisionMode:
+        return cls(**options)
+
+    def __repr__(self) -> str:
+        return f"Bf16True(update_compensation={self.update_compensation!r})"
+
+    def setup_training(self, setup: TrainingSetup) -> list[str]:
+        """The run's fp32 islands keep fp32 parameters too (an island of bf16 weights would
+        meet fp32 inputs)."""
+        self._islands = tuple(setup.keep_fp32)
+        return []
+
+    def kept_fp32(self, model: nn.Module) -> list[str | type[nn.Module]]:
+        """What :meth:`prepare_model` keeps in fp32: ``keep_fp32`` (or its defaults), then the
+        run's fp32 islands."""
+        from ampkit.precision.bf16_true.casting import default_keep_fp32
+
+        base: list[str | type[nn.Module]] = (
+            list(default_keep_fp32(model)) if self.keep_fp32 is None else list(self.keep_fp32)
+        )
+        return [*base, *(n for n in self._islands if n not in base)]
+
+    def prepare_model(self, model: nn.Module) -> nn.Module:
+        """Cast parameters and buffers to bf16, keeping :meth:`kept_fp32` in fp32.
+
+        Raises:
+            ConfigurationError: a name in ``keep_fp32`` is not a module of ``model``.
+        """
+        from ampkit.precision.bf16_true.casting import to_bf16_true
+
+        keep = self.keep_fp32 if not self._islands else self.kept_fp32(model)
+        to_bf16_true(model, keep)
+        return model
+
+    def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Wrap ``optimizer`` in a :class:`CompensatedOptimizer` (once).
+
+        Raises:
+            ConfigurationError: ``optimizer`` is not a ``torch.optim.Optimizer``.
+        """
+        if isinstance(optimizer, CompensatedOptimizer):
+            return optimizer
+        return CompensatedOptimizer(optimizer, self.update_compensation)  # type: ignore[arg-type]
+
+    def measure_next_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Count the lost updates of the next step (read by :meth:`step_metrics`)."""
+        if isinstance(optimizer, CompensatedOptimizer):
+            optimizer.measure_next_step()
+
+    def step_metrics(
+        self, optimizer: torch.optim.Optimizer, *, step: int, names: Mapping[int, str]
+    ) -> dict[str, Any]:
+        """``lost_updates``: the share of the step's intended updates the bf16 weights
+        rounded away (None when the step was not measured).
+
+        Warns:
+            PrecisionWarning: once per run, when more than
+                :data:`~ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT` were lost.
+        """
+        lost = (
+            optimizer.lost_updates(dict(names))
+            if isinstance(optimizer, CompensatedOptimizer)
+            else None
+        )
+        self._lost = None if lost is None else lost.fraction
+        if lost is None:
+            return {}
+        if not self._warned and lost.alarming:
+            self._warned = True
+            worst = sorted(lost.per_tensor.items(), key=lambda kv: -kv[1])[:3]
+            warnings.warn(
+                f"Trainer: at step {step}, {100 * lost.fraction:.1f}% of the intended "
+                f"weight updates were rounded away by the bf16 weights (update_compensation="
+                f"{lost.compensation!r}; worst: "
+                + ", ".join(f"{n} {100 * v:.0f}%" for n, v in worst)
+                + "). Use update_compensation='kahan' or 'stochastic', or keep these modules in "
+                "fp32 (Bf16True(keep_fp32=[...])).",
+                PrecisionWarning,
+                stacklevel=user_stacklevel(),
+            )
+        return {"lost_updates": lost.fraction}
+
+    def result_fields(self) -> dict[str, Any]:
+        """``update_compensation`` and the ``lost_updates`` of the last logged step."""
+        return {"update_compensation": self.update_compensation, "lost_updates": self._lost}
+
+    def doctor_sections(
+        self,
+        model: nn.Module,
+        closure: Callable[[], torch.Tensor],
+        *,
+        steps: int,
+        lr: float,
+    ) -> list[DoctorSection]:
+        """``lost_updates``: the probe of ``steps`` AdamW steps at ``lr`` per compensation
+        (:func:`~ampkit.precision.bf16_true.probe.probe_lost_updates`)."""
+        from ampkit.precision.bf16_true.probe import probe_lost_updates
+
+        probe = probe_lost_updates(model, closure, steps=steps, lr=lr, keep_fp32=self.keep_fp32)
+        return [DoctorSection("lost_updates", probe.to_text(), probe.to_dict())]

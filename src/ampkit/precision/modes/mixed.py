@@ -1,0 +1,35 @@
+"""``Mixed``: fp32 weights, matmuls and convolutions in fp16 or bf16 under autocast.
+
+fp16's loss is scaled by the engine's :class:`~ampkit.LossScaler` (the policy says
+``uses_scaler``); bf16 needs no scaling. The hooks are the base class's: the policy's autocast
+region is all this mode changes.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ampkit.precision.modes.base import PrecisionMode
+
+__all__ = ["Mixed"]
+
+
+class Mixed(PrecisionMode):
+    """Mixed precision: fp32 weights and optimizer, fp16 or bf16 autocast.
+
+    Args:
+        precision: ``"bf16"`` (default), ``"fp16"`` or an alias (``"bf16-mixed"``,
+            ``"16-mixed"``).
+
+    Example::
+
+        Trainer(model, optimizer, max_steps=10, precision=ampkit.Mixed("fp16"))
+
+    Raises:
+        ConfigurationError: ``precision`` is not fp16 or bf16 (or an alias).
+    """
+
+    precisions: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
+
+    def __init__(self, precision: str = "bf16") -> None:
+        super().__init__(precision)
