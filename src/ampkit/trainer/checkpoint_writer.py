@@ -92,7 +92,7 @@ class CheckpointWriter:
             path, error = None, None
             if parts.dist.is_main:
                 try:
-                    path = folder.save_checkpoint(self.root, step, weights, state, metadata)
+                    path = folder.write_checkpoint(self.root, step, weights, state, metadata)
                 except BaseException as exc:  # every rank must learn that rank 0 failed
                     error = exc
             _agree(parts, error)

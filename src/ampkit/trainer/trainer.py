@@ -34,7 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ampkit._tree import to_device
-from ampkit.checkpoint.weights import save_weights
+from ampkit.checkpoint.weights import write_weights
 from ampkit.errors import (
     ConfigurationError,
     NonFiniteTrainingError,
@@ -636,7 +636,7 @@ class Trainer:
         weights = full_weights(self._parts())  # collective under FSDP2: every rank takes part
         if self.is_main:
             try:
-                save_weights(path, weights, metadata={"precision": self.mp.policy.precision})
+                write_weights(path, weights, metadata={"precision": self.mp.policy.precision})
             except StorageError:
                 raise
             except OSError as exc:
