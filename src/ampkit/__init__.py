@@ -59,7 +59,12 @@ if TYPE_CHECKING:
     from ampkit.precision.scaler import LossScaler as LossScaler
     from ampkit.precision.scaler import ScalerStats as ScalerStats
     from ampkit.trainer import Callback as Callback
+    from ampkit.trainer import CheckpointConfig as CheckpointConfig
+    from ampkit.trainer import CompileConfig as CompileConfig
+    from ampkit.trainer import DistributedConfig as DistributedConfig
+    from ampkit.trainer import EvalConfig as EvalConfig
     from ampkit.trainer import FitResult as FitResult
+    from ampkit.trainer import LoggingConfig as LoggingConfig
     from ampkit.trainer import Trainer as Trainer
 
 __version__ = "0.1.0"
@@ -109,6 +114,11 @@ _EXPORTS: dict[str, str] = {
     "ScalerStats": "ampkit.precision.scaler",
     "FitResult": "ampkit.trainer",
     "Trainer": "ampkit.trainer",
+    "CheckpointConfig": "ampkit.trainer",
+    "CompileConfig": "ampkit.trainer",
+    "DistributedConfig": "ampkit.trainer",
+    "EvalConfig": "ampkit.trainer",
+    "LoggingConfig": "ampkit.trainer",
     "TrainConfig": "ampkit.gpt.config",
     "TrainSummary": "ampkit.gpt.job",
     "train": "ampkit.gpt.job",
@@ -132,15 +142,20 @@ def __dir__() -> list[str]:
 __all__ = [
     "AmpkitError",
     "Callback",
+    "CheckpointConfig",
     "CheckpointError",
     "CompensatedOptimizer",
+    "CompileConfig",
     "ConfigurationError",
     "DataError",
+    "DistributedConfig",
+    "EvalConfig",
     "ExportError",
     "ExportResult",
     "FitResult",
     "Fp32Islands",
     "Fp8Plan",
+    "LoggingConfig",
     "LossScaler",
     "MixedPrecision",
     "NonFiniteError",

@@ -74,7 +74,7 @@ class CheckpointWriter:
     ) -> None:
         if layout not in folder.LAYOUTS:
             raise ConfigurationError(
-                f"checkpoint_layout={layout!r} is unknown. Use 'auto', 'full' or 'sharded'."
+                f"layout: {layout!r} is unknown. Use 'auto', 'full' or 'sharded'."
             )
         self.root, self.layout = root, layout
         self.async_save, self.keep_last = async_save, keep_last
@@ -205,6 +205,12 @@ class CheckpointWriter:
             )
             return []
         return self._pruned([path])
+
+    def close(self) -> None:
+        """Destroy the process group of the asynchronous writes, if one was made."""
+        group, self._group = self._group, None
+        if group is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group(group)
 
     def _pruned(self, paths: list[Path]) -> list[Path]:
         if paths and self.keep_last:
