@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(600
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sharded")
-    run(out, "one", batch_size=2 * BATCH, checkpoint_layout="sharded")  # 1 process, here
+    run(out, "one", batch_size=2 * BATCH, layout="sharded")  # 1 process, here
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc_per_node=2", str(WORKER), str(out), str(out / "one/ckpt/step-00000003")]
@@ -167,7 +167,7 @@ def test_async_checkpoint_is_committed_only_at_the_next_one_or_at_the_end(tmp_pa
                 seen["complete"] = [c.step for c in find_checkpoints(ckpt)]
                 seen["pending"] = sorted(p.name.split(".")[0] for p in ckpt.glob("*.tmp-*"))
 
-    notes = run(tmp_path, "async", batch_size=2 * BATCH, async_checkpoint=True, callbacks=[Look()])
+    notes = run(tmp_path, "async", batch_size=2 * BATCH, async_save=True, callbacks=[Look()])
     assert seen == {"complete": [], "pending": ["step-00000003"]}, notes
     assert [c.step for c in find_checkpoints(tmp_path / "async" / "ckpt")] == [3, 6]
     assert list((tmp_path / "async" / "ckpt").glob("*.tmp-*")) == []

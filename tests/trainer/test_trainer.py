@@ -48,7 +48,9 @@ def make(model=None, **kwargs) -> Trainer:
 
 
 def test_fit_trains_and_writes_metrics(tmp_path):
-    trainer = make(max_steps=16, logging=LoggingConfig(log_every=4, metrics_file=tmp_path / "m.jsonl"))
+    trainer = make(
+        max_steps=16, logging=LoggingConfig(log_every=4, metrics_file=tmp_path / "m.jsonl")
+    )
     result = trainer.fit(dataset())
     rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [4, 8, 12, 16]
@@ -151,7 +153,9 @@ def test_resume_continues_to_the_same_weights_in_process(tmp_path):
     first = mlp()
     make(first, max_steps=5, checkpoint=CheckpointConfig(tmp_path, every=5)).fit(dataset())
     resumed = mlp(seed=7)  # different initial weights: all must come from the checkpoint
-    result = make(resumed, max_steps=8, checkpoint=CheckpointConfig(tmp_path, resume="auto")).fit(dataset())
+    result = make(resumed, max_steps=8, checkpoint=CheckpointConfig(tmp_path, resume="auto")).fit(
+        dataset()
+    )
     assert result.resumed_from.endswith("step-00000005")
     for a, b in zip(resumed.parameters(), straight.parameters(), strict=True):
         assert torch.equal(a, b)
