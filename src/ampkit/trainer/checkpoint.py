@@ -287,7 +287,8 @@ def find_resume_checkpoint(
 ) -> tuple[Path | None, list[str]]:
     """The checkpoint a run resumes from (None: start fresh), and notes on what was decided.
 
-    ``resume=None`` refuses a ``checkpoint_dir`` that already holds checkpoints (a fresh run
+    ``resume=None`` refuses a ``checkpoint_dir`` (``CheckpointConfig.dir``) that already holds
+    checkpoints (a fresh run
     would mix with them); ``"auto"`` takes the newest checkpoint that verifies, noting each
     newer damaged one it skipped; a path is taken as given (verified when loaded).
 
@@ -299,7 +300,7 @@ def find_resume_checkpoint(
         existing = folder.find_checkpoints(checkpoint_dir) if checkpoint_dir else []
         if existing:
             raise ConfigurationError(
-                f"checkpoint_dir: {checkpoint_dir} already holds checkpoints (newest: step "
+                f"checkpoint: {checkpoint_dir} already holds checkpoints (newest: step "
                 f"{existing[-1].step}) and this run was not asked to resume (resume=None), so "
                 "it would mix with them. Pass resume='auto' (--resume auto) to continue, or "
                 "use another folder."

@@ -11,7 +11,7 @@
         for each micro-batch of the resumable, rank-aware loader:
             with mp.accumulate(model), mp.autocast(): loss = batch_loss(model, batch)
             mp.backward(loss); result = mp.step(optimizer, scheduler)
-            if the window ended: [on_step_end]; evaluate every eval_every steps;
+            if the window ended: [on_step_end]; evaluate every EvalConfig.every steps;
                 log [on_log]; checkpoint [on_checkpoint]
             fp32/bf16: a non-finite loss at a logged or checkpoint step stops training
     [on_fit_end] (or [on_exception] when it raised); [close]
@@ -651,8 +651,8 @@ class Trainer:
 
     def save_checkpoint(self) -> Path | None:
         """Write a checkpoint of the current step (collective). Skips a step that already has
-        one (e.g. the final step coinciding with ``checkpoint_every``). Returns the checkpoint
-        committed by this call on rank 0 (with ``async_checkpoint``: the previous one, whose
+        one (e.g. the final step coinciding with ``CheckpointConfig.every``). Returns the checkpoint
+        committed by this call on rank 0 (with ``async_save``: the previous one, whose
         background write is then complete), else None."""
         self._check_open("save_checkpoint")
         if self.checkpoint_dir is None:
