@@ -450,15 +450,24 @@ def _is_checkpoint(path: Path) -> bool:
     )
 
 
-def _fp32(tensors: dict[str, torch.Tensor], aliases: Mapping[str, str]) -> dict[str, torch.Tensor]:
+def _fp32(
+    tensors: dict[str, torch.Tensor], aliases: Mapping[str, str]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Floating-point tensors in fp32, each tie converted once and tied again; the ties that
+    hold (both names present)."""
+    tied = {
+        name: target
+        for name, target in aliases.items()
+        if name in tensors and target in tensors and target not in aliases
+    }
     out = {
         name: t.float() if t.is_floating_point() else t
         for name, t in tensors.items()
-        if name not in aliases
+        if name not in tied
     }
-    for name, target in aliases.items():
+    for name, target in tied.items():
         out[name] = out[target]
-    return {name: out[name] for name in tensors}
+    return {name: out[name] for name in tensors}, tied
 
 
 def read_weights(path: str | Path) -> Weights:
@@ -475,9 +484,8 @@ def read_weights(path: str | Path) -> Weights:
     given = Path(path)
     if given.is_dir() and _is_checkpoint(given):
         manifest = verify_checkpoint(given)
-        tensors = _checkpoint_weights(given, manifest)
-        aliases = dict(manifest.get("aliases", {}))
-        return Weights(_fp32(tensors, aliases), aliases, given, {}, manifest)
+        tensors, aliases = _fp32(_checkpoint_weights(given, manifest), manifest.get("aliases", {}))
+        return Weights(tensors, aliases, given, {}, manifest)
     file = given / _WEIGHTS if given.is_dir() else given
     if not file.is_file():
         where = f"{given} holds no {_WEIGHTS}" if given.is_dir() else f"{given} does not exist"
@@ -485,8 +493,9 @@ def read_weights(path: str | Path) -> Weights:
             f"checkpoint: {where}. Pass a run folder (ampkit train --out DIR), a checkpoint "
             "folder (DIR/checkpoints/step-NNNNNNNN) or a .safetensors file."
         )
-    tensors, aliases, metadata = read_file(file)
-    return Weights(_fp32(tensors, aliases), aliases, file, metadata, None)
+    raw, recorded, metadata = read_file(file)
+    tensors, aliases = _fp32(raw, recorded)
+    return Weights(tensors, aliases, file, metadata, None)
 
 
 def latest_valid_checkpoint(
