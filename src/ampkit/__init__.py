@@ -65,7 +65,12 @@ if TYPE_CHECKING:
     from ampkit.precision.scaler import LossScaler as LossScaler
     from ampkit.precision.scaler import ScalerStats as ScalerStats
     from ampkit.trainer import Callback as Callback
+    from ampkit.trainer import CheckpointConfig as CheckpointConfig
+    from ampkit.trainer import CompileConfig as CompileConfig
+    from ampkit.trainer import DistributedConfig as DistributedConfig
+    from ampkit.trainer import EvalConfig as EvalConfig
     from ampkit.trainer import FitResult as FitResult
+    from ampkit.trainer import LoggingConfig as LoggingConfig
     from ampkit.trainer import Trainer as Trainer
 
 __version__ = "0.1.0"
@@ -121,6 +126,11 @@ _EXPORTS: dict[str, str] = {
     "ScalerStats": "ampkit.precision.scaler",
     "FitResult": "ampkit.trainer",
     "Trainer": "ampkit.trainer",
+    "CheckpointConfig": "ampkit.trainer",
+    "CompileConfig": "ampkit.trainer",
+    "DistributedConfig": "ampkit.trainer",
+    "EvalConfig": "ampkit.trainer",
+    "LoggingConfig": "ampkit.trainer",
     "TrainConfig": "ampkit.gpt.config",
     "TrainSummary": "ampkit.gpt.job",
     "train": "ampkit.gpt.job",
@@ -145,10 +155,14 @@ __all__ = [
     "AmpkitError",
     "Bf16True",
     "Callback",
+    "CheckpointConfig",
     "CheckpointError",
     "CompensatedOptimizer",
+    "CompileConfig",
     "ConfigurationError",
     "DataError",
+    "DistributedConfig",
+    "EvalConfig",
     "ExportError",
     "ExportResult",
     "FitResult",
@@ -156,6 +170,7 @@ __all__ = [
     "Fp32Islands",
     "Fp8",
     "Fp8Plan",
+    "LoggingConfig",
     "LossScaler",
     "Mixed",
     "MixedPrecision",

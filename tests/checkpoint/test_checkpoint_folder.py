@@ -16,17 +16,17 @@ from ampkit.checkpoint.folder import (
     latest_valid_checkpoint,
     load_checkpoint,
     prune_checkpoints,
-    save_checkpoint,
     verify_checkpoint,
+    write_checkpoint,
 )
-from ampkit.checkpoint.weights import save_weights
+from ampkit.checkpoint.weights import write_weights
 from ampkit.errors import NonFiniteWeightsError, StorageError
 
 
 def write(folder, step: int):
     weights = {"w": torch.full((3, 4), float(step)), "b": torch.arange(4, dtype=torch.bfloat16)}
     state = {"step": step, "opt": {"m": torch.ones(2)}, "names": ["a", "b"], "lr": 0.1}
-    return save_checkpoint(folder, step, weights, state, {"precision": "fp32"})
+    return write_checkpoint(folder, step, weights, state, {"precision": "fp32"})
 
 
 def test_round_trip_stores_fp32_weights_and_state(tmp_path):
@@ -106,7 +106,7 @@ def test_state_with_code_is_refused_on_load(tmp_path):
         def __reduce__(self):
             return (print, ("executed!",))
 
-    path = save_checkpoint(tmp_path, 1, {"w": torch.ones(1)}, {"x": Evil()})
+    path = write_checkpoint(tmp_path, 1, {"w": torch.ones(1)}, {"x": Evil()})
     with pytest.raises(CheckpointError, match="could not be loaded safely"):
         load_checkpoint(path)
 
@@ -235,7 +235,7 @@ def test_unsafe_state_error_never_suggests_weights_only_false(tmp_path):
         def __reduce__(self):
             return (print, ("executed!",))
 
-    path = save_checkpoint(tmp_path, 1, {"w": torch.ones(1)}, {"x": Evil()})
+    path = write_checkpoint(tmp_path, 1, {"w": torch.ones(1)}, {"x": Evil()})
     with pytest.raises(CheckpointError) as caught:
         load_checkpoint(path)
     message = str(caught.value)
@@ -255,7 +255,7 @@ def test_a_file_is_not_called_missing(tmp_path):
 
 def test_tied_weights_are_stored_once_and_tied_again_on_load(tmp_path):
     shared = torch.randn(5, 3)
-    path = save_checkpoint(tmp_path, 1, {"wte": shared, "lm_head": shared, "b": torch.ones(3)}, {})
+    path = write_checkpoint(tmp_path, 1, {"wte": shared, "lm_head": shared, "b": torch.ones(3)}, {})
     weights, _, manifest = load_checkpoint(path)
     assert manifest["aliases"] == {"lm_head": "wte"}
     assert weights["lm_head"] is weights["wte"] and torch.equal(weights["wte"], shared)
@@ -265,9 +265,9 @@ def test_tied_weights_are_stored_once_and_tied_again_on_load(tmp_path):
 def test_nonfinite_weights_are_refused_and_nothing_is_written(tmp_path, bad):
     weights = {"w": torch.ones(4), "v": torch.tensor([1.0, bad])}
     with pytest.raises(NonFiniteWeightsError, match=r"\(v\)"):
-        save_checkpoint(tmp_path, 1, weights, {})
+        write_checkpoint(tmp_path, 1, weights, {})
     with pytest.raises(NonFiniteWeightsError):
-        save_weights(tmp_path / "final.safetensors", weights)
+        write_weights(tmp_path / "final.safetensors", weights)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -305,9 +305,9 @@ def tiny_disk(tmp_path):
 def test_disk_full_is_one_clear_error_and_removes_the_temporary_folder(tiny_disk):
     weights = {"w": torch.zeros(128 * 1024)}  # 512 KiB on a 256 KiB disk
     with pytest.raises(StorageError, match="the disk is full") as caught:
-        save_checkpoint(tiny_disk / "ckpt", 1, weights, {})
+        write_checkpoint(tiny_disk / "ckpt", 1, weights, {})
     assert "\n" not in str(caught.value)
     assert list((tiny_disk / "ckpt").iterdir()) == []
     with pytest.raises(StorageError, match="the disk is full"):
-        save_weights(tiny_disk / "final.safetensors", weights)
+        write_weights(tiny_disk / "final.safetensors", weights)
     assert sorted(p.name for p in tiny_disk.iterdir()) == ["ckpt"]

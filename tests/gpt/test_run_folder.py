@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ampkit import CheckpointError, ConfigurationError, RunInUseError, TrainConfig
-from ampkit.checkpoint.folder import save_checkpoint
+from ampkit.checkpoint.folder import write_checkpoint
 from ampkit.gpt.resume import run_record
 from ampkit.gpt.run_folder import open_run_folder
 
@@ -22,7 +22,7 @@ def checkpoint(out, step: int, config: TrainConfig | None = None):
     metadata = {"precision": "fp32", "world_size": 1}
     if record:
         metadata["config"] = record
-    return save_checkpoint(out / "checkpoints", step, {"w": torch.ones(2)}, {}, metadata)
+    return write_checkpoint(out / "checkpoints", step, {"w": torch.ones(2)}, {}, metadata)
 
 
 def test_fresh_run_refuses_an_earlier_runs_outputs_without_overwrite(tmp_path):

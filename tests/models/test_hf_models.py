@@ -136,11 +136,12 @@ def test_trainer_counts_dict_batches_and_logs_eval_loss(tmp_path):
         max_steps=4,
         precision="bf16",
         device="cpu",
-        log_every=2,
-        eval_every=2,
-        eval_data=batches[:2],
-        tokens_per_sample=built.tokens_per_sample,
-        metrics_file=tmp_path / "metrics.jsonl",
+        logging=ampkit.LoggingConfig(
+            log_every=2,
+            tokens_per_sample=built.tokens_per_sample,
+            metrics_file=tmp_path / "metrics.jsonl",
+        ),
+        eval=ampkit.EvalConfig(every=2, data=batches[:2]),
     )
     trainer.fit(batches)
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -159,9 +160,7 @@ def _fit(built: BuiltModel, folder, max_steps: int, resume=None) -> None:
         max_steps=max_steps,
         precision="fp32",
         device="cpu",
-        checkpoint_dir=folder,
-        checkpoint_every=2,
-        resume=resume,
+        checkpoint=ampkit.CheckpointConfig(folder, every=2, resume=resume),
     ).fit([built.batch(i) for i in range(4)])
 
 

@@ -85,12 +85,9 @@ def main() -> None:
         grad_accum_steps=2,
         max_grad_norm=1.0,
         scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5),
-        checkpoint_dir=ckpt_dir,
-        checkpoint_every=3,
-        resume="auto",
-        checkpoint_layout=layout,
+        checkpoint=ampkit.CheckpointConfig(ckpt_dir, every=3, resume="auto", layout=layout),
         callbacks=callbacks,
-        log_every=1,
+        logging=ampkit.LoggingConfig(log_every=1),
     )
     trainer.fit(data)  # 96 samples / (8 * 2) = 6 steps per epoch: crosses an epoch boundary
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, out_file)

@@ -4,7 +4,7 @@
 
 Writes into OUT: ``<run>.safetensors`` (final weights) and ``<run>/ckpt`` for the runs
 ``straight`` (6 steps, a checkpoint every 3), ``resumed`` (from straight's step 3),
-``async`` (as straight, with ``async_checkpoint=True``), ``from-one`` (from a 1-process
+``async`` (as straight, with ``CheckpointConfig(async_save=True)``), ``from-one`` (from a 1-process
 checkpoint); ``notes.json`` (each run's ``FitResult.notes``) and ``memory.json``
 (rank 0's resident memory while it saves a larger model, sharded and full).
 """
@@ -50,24 +50,37 @@ def dataset() -> torch.utils.data.Dataset:
 
 
 def make_trainer(
-    out: Path, name: str, batch_size: int, cls: type = ampkit.Trainer, **kwargs
+    out: Path,
+    name: str,
+    batch_size: int,
+    cls: type = ampkit.Trainer,
+    *,
+    net: dict | None = None,
+    max_steps: int = STEPS,
+    strategy: str = "auto",
+    resume: Path | None = None,
+    async_save: bool = False,
+    layout: str = "auto",
+    callbacks: list | tuple = (),
 ) -> ampkit.Trainer:
     torch.manual_seed(0)
-    model = Net(**kwargs.pop("net", {}))
+    model = Net(**(net or {}))
     return cls(
         model,
         lambda params: torch.optim.AdamW(params, lr=1e-2),
         loss_fn=torch.nn.functional.cross_entropy,
-        max_steps=kwargs.pop("max_steps", STEPS),
+        max_steps=max_steps,
         precision="fp32",
         device="cpu",
         batch_size=batch_size,
         scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5),
-        checkpoint_dir=out / name / "ckpt",
-        checkpoint_every=kwargs.pop("checkpoint_every", EVERY),
+        checkpoint=ampkit.CheckpointConfig(
+            out / name / "ckpt", every=EVERY, resume=resume, layout=layout, async_save=async_save
+        ),
+        distributed=ampkit.DistributedConfig(strategy=strategy),
         final_weights=out / f"{name}.safetensors",
-        log_every=100,
-        **kwargs,
+        logging=ampkit.LoggingConfig(log_every=100),
+        callbacks=callbacks,
     )
 
 
@@ -124,7 +137,7 @@ def measure_save(out: Path, name: str, depth: int, layout: str) -> dict[str, flo
         cls=MeasuredTrainer,
         net={"width": 1024, "depth": depth},
         max_steps=1,
-        checkpoint_layout=layout,
+        layout=layout,
         strategy="fsdp",
     )
     trainer.final_weights = None
@@ -147,7 +160,7 @@ def main() -> None:
             "resumed": run(
                 out, "resumed", strategy="fsdp", resume=out / "straight/ckpt/step-00000003"
             ),
-            "async": run(out, "async", strategy="fsdp", async_checkpoint=True),
+            "async": run(out, "async", strategy="fsdp", async_save=True),
             "from-one": run(out, "from-one", strategy="fsdp", resume=one),
         }
         memory = [

@@ -21,7 +21,7 @@ class PoisonAt(ampkit.Callback):
                 next(trainer.raw_model.parameters())[0, 0] = float("nan")
 
 
-def trainer(tmp_path, **kwargs) -> ampkit.Trainer:
+def trainer(tmp_path, *, resume=None, metrics=True, checkpoints=True, **kwargs) -> ampkit.Trainer:
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
     options = dict(
@@ -30,10 +30,14 @@ def trainer(tmp_path, **kwargs) -> ampkit.Trainer:
         precision="fp32",
         device="cpu",
         batch_size=4,
-        checkpoint_dir=tmp_path / "ckpt",
-        checkpoint_every=2,
-        metrics_file=tmp_path / "metrics.jsonl",
-        log_every=1,
+        checkpoint=(
+            ampkit.CheckpointConfig(tmp_path / "ckpt", every=2, resume=resume)
+            if checkpoints
+            else None
+        ),
+        logging=ampkit.LoggingConfig(
+            log_every=1, metrics_file=tmp_path / "metrics.jsonl" if metrics else None
+        ),
     )
     options.update(kwargs)
     return ampkit.Trainer(model, torch.optim.SGD(model.parameters(), lr=0.1), **options)
@@ -63,14 +67,14 @@ def test_failed_save_leaves_nothing_and_the_retry_message_is_right(tmp_path):
 
 
 def test_fresh_run_over_checkpoints_names_what_was_passed(tmp_path):
-    trainer(tmp_path, metrics_file=None).fit(data())
+    trainer(tmp_path, metrics=False).fit(data())
     with pytest.raises(ConfigurationError, match=r"was not asked to resume \(resume=None\)"):
-        trainer(tmp_path, metrics_file=None).fit(data())
+        trainer(tmp_path, metrics=False).fit(data())
 
 
 def test_nonfinite_final_weights_are_refused(tmp_path):
     final = tmp_path / "model.safetensors"
-    run = trainer(tmp_path, checkpoint_dir=None, checkpoint_every=None, final_weights=final)
+    run = trainer(tmp_path, checkpoints=False, final_weights=final)
     run.callbacks.append(PoisonAt(4))
     with pytest.raises(NonFiniteWeightsError):
         run.fit(data())

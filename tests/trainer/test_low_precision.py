@@ -42,7 +42,7 @@ def test_bf16_true_trains_in_bf16_and_logs_lost_updates():
         max_steps=20,
         precision="bf16-true",
         batch_size=16,
-        log_every=5,
+        logging=ampkit.LoggingConfig(log_every=5),
         callbacks=[rows],
     ).fit(_data())
     assert [model[i].weight.dtype for i in (0, 2, 4)] == [
@@ -107,9 +107,7 @@ def test_bf16_true_resume_equals_the_uninterrupted_run(tmp_path, compensation):
             max_steps=steps,
             precision=ampkit.Bf16True(update_compensation=compensation),
             batch_size=16,
-            checkpoint_dir=folder,
-            checkpoint_every=2,
-            resume=resume,
+            checkpoint=ampkit.CheckpointConfig(folder, every=2, resume=resume),
         ).fit(_data())
         return model
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampkit import NonFiniteTrainingError, Trainer
+from ampkit import CheckpointConfig, LoggingConfig, NonFiniteTrainingError, Trainer
 
 
 def batches(bad: int, count: int = 8) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -32,10 +32,8 @@ def test_nan_loss_stops_before_any_nan_checkpoint_or_final_weights(tmp_path, pre
         max_steps=8,
         precision=precision,
         device="cpu",
-        log_every=2,
-        checkpoint_dir=tmp_path / "ckpt",
-        checkpoint_every=3,
-        metrics_file=tmp_path / "metrics.jsonl",
+        logging=LoggingConfig(log_every=2, metrics_file=tmp_path / "metrics.jsonl"),
+        checkpoint=CheckpointConfig(tmp_path / "ckpt", every=3),
         final_weights=tmp_path / "model.safetensors",
     )
     with pytest.raises(NonFiniteTrainingError) as caught:
@@ -59,9 +57,8 @@ def test_a_checkpoint_step_between_logged_steps_is_checked_too(tmp_path):
         max_steps=8,
         precision="fp32",
         device="cpu",
-        log_every=4,
-        checkpoint_dir=tmp_path / "ckpt",
-        checkpoint_every=2,
+        logging=LoggingConfig(log_every=4),
+        checkpoint=CheckpointConfig(tmp_path / "ckpt", every=2),
     )
     with pytest.raises(NonFiniteTrainingError, match="by step 6 .mean over steps 5-6"):
         trainer.fit(batches(bad=5))  # step 6: a checkpoint step, not a logged one

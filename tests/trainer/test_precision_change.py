@@ -29,7 +29,9 @@ class WeightsAtStart(ampkit.Callback):
         self.weights = {k: v.clone() for k, v in trainer.raw_model.state_dict().items()}
 
 
-def trainer(net, folder, precision, max_steps, **kwargs) -> Trainer:
+def trainer(
+    net, folder, precision, max_steps, resume=None, allow_change=False, **kwargs
+) -> Trainer:
     return Trainer(
         net,
         torch.optim.AdamW(net.parameters(), lr=1e-2),
@@ -37,10 +39,10 @@ def trainer(net, folder, precision, max_steps, **kwargs) -> Trainer:
         max_steps=max_steps,
         precision=precision,
         device="cpu",
-        checkpoint_dir=folder / "ckpt",
-        checkpoint_every=2,
-        metrics_file=folder / "metrics.jsonl",
-        log_every=1,
+        checkpoint=ampkit.CheckpointConfig(
+            folder / "ckpt", every=2, resume=resume, allow_precision_change=allow_change
+        ),
+        logging=ampkit.LoggingConfig(log_every=1, metrics_file=folder / "metrics.jsonl"),
         **kwargs,
     )
 
@@ -63,7 +65,7 @@ def test_fp16_run_resumes_in_bf16_with_weights_and_optimizer_and_no_scaler(tmp_p
         "bf16",
         4,
         resume="auto",
-        resume_precision_change=True,
+        allow_change=True,
         callbacks=[probe],
     )
     result = second.fit(data())

@@ -22,7 +22,7 @@ from sharded_worker import BATCH, run
 
 from ampkit import CheckpointError
 from ampkit.checkpoint import sharded
-from ampkit.checkpoint.folder import begin_checkpoint, commit_checkpoint, load_weights
+from ampkit.checkpoint.folder import begin_checkpoint, commit_checkpoint, read_weights
 from ampkit.cli import main
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow, pytest.mark.timeout(600
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sharded")
-    run(out, "one", batch_size=2 * BATCH, checkpoint_layout="sharded")  # 1 process, here
+    run(out, "one", batch_size=2 * BATCH, layout="sharded")  # 1 process, here
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc_per_node=2", str(WORKER), str(out), str(out / "one/ckpt/step-00000003")]
@@ -57,8 +57,8 @@ def test_fsdp2_sharded_save_then_resume_is_bitwise(runs):
     for name in ("resumed", "async"):
         assert_equal(weights(runs / f"{name}.safetensors"), straight)
     for step in ("step-00000003", "step-00000006"):  # staged when saved, not when written
-        written_async = load_weights(runs / "async/ckpt" / step)[0]
-        assert_equal(written_async, load_weights(runs / "straight/ckpt" / step)[0])
+        written_async = read_weights(runs / "async/ckpt" / step).tensors
+        assert_equal(written_async, read_weights(runs / "straight/ckpt" / step).tensors)
     manifest = json.loads((runs / "straight/ckpt/step-00000003/manifest.json").read_text())
     assert manifest["layout"] == "sharded" and manifest["world_size"] == 2
     assert manifest["samples_consumed"] == 3 * 2 * BATCH
@@ -140,7 +140,7 @@ def test_a_dcp_index_that_would_run_code_is_refused(tmp_path):
     tmp = begin_checkpoint(tmp_path, 1)
     sharded.save({sharded.MODEL: {"w": torch.ones(3)}}, tmp / "dcp")
     path = commit_checkpoint(tmp, 1, {}, layout="sharded")
-    assert torch.equal(load_weights(path)[0]["w"], torch.ones(3))
+    assert torch.equal(read_weights(path).tensors["w"], torch.ones(3))
     index = path / "dcp" / ".metadata"
     index.write_bytes(pickle.dumps(_RunsCode(tmp_path / "ran")))
     manifest = json.loads((path / "manifest.json").read_text())
@@ -150,7 +150,7 @@ def test_a_dcp_index_that_would_run_code_is_refused(tmp_path):
     }
     (path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CheckpointError, match="not a readable DCP index"):
-        load_weights(path)
+        read_weights(path)
     assert not (tmp_path / "ran").exists()
 
 
@@ -167,7 +167,7 @@ def test_async_checkpoint_is_committed_only_at_the_next_one_or_at_the_end(tmp_pa
                 seen["complete"] = [c.step for c in find_checkpoints(ckpt)]
                 seen["pending"] = sorted(p.name.split(".")[0] for p in ckpt.glob("*.tmp-*"))
 
-    notes = run(tmp_path, "async", batch_size=2 * BATCH, async_checkpoint=True, callbacks=[Look()])
+    notes = run(tmp_path, "async", batch_size=2 * BATCH, async_save=True, callbacks=[Look()])
     assert seen == {"complete": [], "pending": ["step-00000003"]}, notes
     assert [c.step for c in find_checkpoints(tmp_path / "async" / "ckpt")] == [3, 6]
     assert list((tmp_path / "async" / "ckpt").glob("*.tmp-*")) == []

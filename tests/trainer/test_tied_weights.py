@@ -53,7 +53,7 @@ class Tokens(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
-def fit(make, tmp_path, name: str, vocab: int, **kwargs) -> torch.nn.Module:
+def fit(make, tmp_path, name: str, vocab: int, resume=None) -> torch.nn.Module:
     torch.manual_seed(0)
     model = make()
     ampkit.Trainer(
@@ -63,11 +63,9 @@ def fit(make, tmp_path, name: str, vocab: int, **kwargs) -> torch.nn.Module:
         precision="fp32",
         device="cpu",
         batch_size=4,
-        checkpoint_dir=tmp_path / name,
-        checkpoint_every=2,
+        checkpoint=ampkit.CheckpointConfig(tmp_path / name, every=2, resume=resume),
         final_weights=tmp_path / f"{name}.safetensors",
-        log_every=100,
-        **kwargs,
+        logging=ampkit.LoggingConfig(log_every=100),
     ).fit(Tokens(vocab))
     return model
 

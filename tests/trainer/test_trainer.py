@@ -10,7 +10,15 @@ import torch
 from torch import nn
 
 import ampkit
-from ampkit import CheckpointError, ConfigurationError, Trainer
+from ampkit import (
+    CheckpointConfig,
+    CheckpointError,
+    ConfigurationError,
+    DistributedConfig,
+    EvalConfig,
+    LoggingConfig,
+    Trainer,
+)
 from ampkit.trainer.data import ResumableSampler
 
 
@@ -40,7 +48,9 @@ def make(model=None, **kwargs) -> Trainer:
 
 
 def test_fit_trains_and_writes_metrics(tmp_path):
-    trainer = make(max_steps=16, log_every=4, metrics_file=tmp_path / "m.jsonl")
+    trainer = make(
+        max_steps=16, logging=LoggingConfig(log_every=4, metrics_file=tmp_path / "m.jsonl")
+    )
     result = trainer.fit(dataset())
     rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [4, 8, 12, 16]
@@ -125,14 +135,14 @@ def test_user_iterable_of_batches():
 
 
 def test_keep_last_and_final_checkpoint(tmp_path):
-    trainer = make(max_steps=10, checkpoint_dir=tmp_path, checkpoint_every=3, keep_last=2)
+    trainer = make(max_steps=10, checkpoint=CheckpointConfig(tmp_path, every=3, keep_last=2))
     result = trainer.fit(dataset())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000009", "step-00000010"]
     assert result.checkpoints[-1].endswith("step-00000010")
 
 
 def test_resume_auto_without_checkpoint_starts_fresh_and_says_so(tmp_path):
-    result = make(max_steps=2, checkpoint_dir=tmp_path, resume="auto").fit(dataset())
+    result = make(max_steps=2, checkpoint=CheckpointConfig(tmp_path, resume="auto")).fit(dataset())
     assert result.resumed_from is None
     assert any("starting fresh" in note for note in result.notes)
 
@@ -141,35 +151,37 @@ def test_resume_continues_to_the_same_weights_in_process(tmp_path):
     straight = mlp()
     make(straight, max_steps=8).fit(dataset())
     first = mlp()
-    make(first, max_steps=5, checkpoint_dir=tmp_path, checkpoint_every=5).fit(dataset())
+    make(first, max_steps=5, checkpoint=CheckpointConfig(tmp_path, every=5)).fit(dataset())
     resumed = mlp(seed=7)  # different initial weights: all must come from the checkpoint
-    result = make(resumed, max_steps=8, checkpoint_dir=tmp_path, resume="auto").fit(dataset())
+    result = make(resumed, max_steps=8, checkpoint=CheckpointConfig(tmp_path, resume="auto")).fit(
+        dataset()
+    )
     assert result.resumed_from.endswith("step-00000005")
     for a, b in zip(resumed.parameters(), straight.parameters(), strict=True):
         assert torch.equal(a, b)
 
 
 def test_checkpoint_from_another_shape_is_refused_before_training(tmp_path):
-    make(max_steps=2, checkpoint_dir=tmp_path, checkpoint_every=2).fit(dataset())
+    make(max_steps=2, checkpoint=CheckpointConfig(tmp_path, every=2)).fit(dataset())
     before = sorted(p.name for p in tmp_path.iterdir())
     wide = mlp(width=48)
     weights = [p.detach().clone() for p in wide.parameters()]
     with pytest.raises(CheckpointError, match="another shape"):
-        make(wide, max_steps=4, checkpoint_dir=tmp_path, resume="auto").fit(dataset())
+        make(wide, max_steps=4, checkpoint=CheckpointConfig(tmp_path, resume="auto")).fit(dataset())
     assert all(torch.equal(a, b) for a, b in zip(wide.parameters(), weights, strict=True))
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing lost
 
 
 def test_fresh_run_refuses_a_folder_with_checkpoints(tmp_path):
-    make(max_steps=2, checkpoint_dir=tmp_path, checkpoint_every=2).fit(dataset())
+    make(max_steps=2, checkpoint=CheckpointConfig(tmp_path, every=2)).fit(dataset())
     with pytest.raises(ConfigurationError, match="already holds checkpoints"):
-        make(max_steps=2, checkpoint_dir=tmp_path).fit(dataset())
+        make(max_steps=2, checkpoint=CheckpointConfig(tmp_path)).fit(dataset())
 
 
 def test_fresh_run_refuses_to_overwrite_metrics(tmp_path):
     (tmp_path / "m.jsonl").write_text('{"step": 1}\n')
     with pytest.raises(ConfigurationError, match="already holds"):
-        make(max_steps=2, metrics_file=tmp_path / "m.jsonl").fit(dataset())
+        make(max_steps=2, logging=LoggingConfig(metrics_file=tmp_path / "m.jsonl")).fit(dataset())
     assert (tmp_path / "m.jsonl").read_text() == '{"step": 1}\n'
 
 
@@ -178,10 +190,10 @@ def test_fresh_run_refuses_to_overwrite_metrics(tmp_path):
     [
         ({"max_steps": 0}, ConfigurationError, "max_steps"),
         ({"grad_accum_steps": 0}, ConfigurationError, "grad_accum_steps"),
-        ({"checkpoint_every": 5}, ConfigurationError, "need checkpoint_dir"),
+        ({"batch_size": 0}, ConfigurationError, "batch_size"),
         ({"precision": "fp4"}, ConfigurationError, "Accepted"),
-        ({"strategy": "bogus"}, ConfigurationError, "strategy='bogus' is unknown"),
-        ({"log_every": True}, ConfigurationError, "log_every"),
+        ({"checkpoint": "ckpt"}, ConfigurationError, "checkpoint= takes a CheckpointConfig"),
+        ({"logging": {"log_every": 2}}, ConfigurationError, "logging= takes a LoggingConfig"),
     ],
 )
 def test_bad_settings_raise_at_construction(kwargs, error, match):
@@ -189,9 +201,29 @@ def test_bad_settings_raise_at_construction(kwargs, error, match):
         make(**kwargs)
 
 
+@pytest.mark.parametrize(
+    ("make_config", "match"),
+    [
+        (lambda: CheckpointConfig("c", every=0), "every=0 is invalid"),
+        (lambda: CheckpointConfig("c", keep_last=True), "keep_last=True is invalid"),
+        (lambda: CheckpointConfig("c", layout="zip"), "layout='zip' is unknown"),
+        (lambda: CheckpointConfig("c", layout="full", async_save=True), "needs layout='sharded'"),
+        (lambda: CheckpointConfig(""), "dir=''"),
+        (lambda: DistributedConfig(strategy="bogus"), "strategy='bogus' is unknown"),
+        (lambda: DistributedConfig(timeout_s=0), "timeout_s=0"),
+        (lambda: LoggingConfig(log_every=True), "log_every=True"),
+        (lambda: LoggingConfig(tokens_per_sample=0), "tokens_per_sample=0"),
+        (lambda: ampkit.CompileConfig(enabled="yes"), "enabled='yes'"),
+    ],
+)
+def test_bad_config_values_raise_when_the_config_is_made(make_config, match):
+    with pytest.raises(ConfigurationError, match=match):
+        make_config()
+
+
 def test_missing_resume_path_raises(tmp_path):
     with pytest.raises(CheckpointError, match="does not exist"):
-        make(checkpoint_dir=tmp_path, resume=tmp_path / "step-00000042")
+        CheckpointConfig(tmp_path, resume=tmp_path / "step-00000042")
 
 
 def test_lbfgs_under_fp16_is_refused():
@@ -215,7 +247,7 @@ def test_fsdp_needs_an_optimizer_factory():
             model,
             torch.optim.SGD(model.parameters(), lr=0.1),
             max_steps=2,
-            strategy="fsdp",
+            distributed=DistributedConfig(strategy="fsdp"),
             precision="fp32",
             device="cpu",
         )
@@ -242,7 +274,7 @@ def test_callbacks_see_every_step_and_log():
             self.events.append("close")
 
     recorder = Recorder()
-    make(max_steps=4, log_every=2, callbacks=[recorder]).fit(dataset())
+    make(max_steps=4, logging=LoggingConfig(log_every=2), callbacks=[recorder]).fit(dataset())
     assert recorder.events == [
         *("start", "step1", "step2", "log2", "step3", "step4", "log4", "end", "close")
     ]
@@ -295,7 +327,7 @@ def test_dict_batches_count_their_leading_dimension_as_samples():
         max_steps=4,
         precision="fp32",
         device="cpu",
-        log_every=1,
+        logging=LoggingConfig(log_every=1),
         callbacks=[Rows()],
     ).fit(batches)
     assert seen == pytest.approx([8.0] * 4)  # samples per step = the batch's leading dimension
@@ -336,7 +368,7 @@ def test_compile_trains_without_graph_breaks():
             batch_size=8,
             compile=compile_,
             max_grad_norm=1.0,
-            log_every=3,
+            logging=LoggingConfig(log_every=3),
         )
         return trainer.fit(data).final_loss
 
@@ -349,17 +381,17 @@ def test_resume_keeps_metric_rows_up_to_the_checkpoint(tmp_path):
     metrics = tmp_path / "m.jsonl"
     make(
         max_steps=4,
-        checkpoint_dir=tmp_path / "c",
-        checkpoint_every=2,
-        log_every=1,
-        metrics_file=metrics,
+        checkpoint=CheckpointConfig(tmp_path / "c", every=2),
+        logging=LoggingConfig(log_every=1, metrics_file=metrics),
     ).fit(dataset())
     # pretend the run crashed after step 4's checkpoint... by resuming from step 2
     import shutil
 
     shutil.rmtree(tmp_path / "c" / "step-00000004")
     make(
-        max_steps=5, checkpoint_dir=tmp_path / "c", resume="auto", log_every=1, metrics_file=metrics
+        max_steps=5,
+        checkpoint=CheckpointConfig(tmp_path / "c", resume="auto"),
+        logging=LoggingConfig(log_every=1, metrics_file=metrics),
     ).fit(dataset())
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == [1, 2, 3, 4, 5]
@@ -422,10 +454,8 @@ def test_eval_every_logs_eval_loss_and_leaves_training_bitwise_the_same(tmp_path
     trainer = make(
         with_eval,
         max_steps=6,
-        log_every=3,
-        eval_every=2,
-        eval_data=eval_loader,
-        metrics_file=tmp_path / "m.jsonl",
+        logging=LoggingConfig(log_every=3, metrics_file=tmp_path / "m.jsonl"),
+        eval=EvalConfig(every=2, data=eval_loader),
     )
     trainer.fit(dataset())
     rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
@@ -440,11 +470,15 @@ def test_eval_every_logs_eval_loss_and_leaves_training_bitwise_the_same(tmp_path
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"eval_every": 2}, {"eval_data": [(torch.ones(1, 12), torch.zeros(1).long())]}]
+    ("every", "data", "match"),
+    [
+        (2, None, "data=NoneType is not iterable"),
+        (0, [(torch.ones(1, 12), torch.zeros(1).long())], "every=0 is invalid"),
+    ],
 )
-def test_eval_every_and_eval_data_go_together(kwargs):
-    with pytest.raises(ConfigurationError, match="eval_every and eval_data go together"):
-        make(**kwargs)
+def test_eval_config_needs_an_interval_and_batches(every, data, match):
+    with pytest.raises(ConfigurationError, match=match):
+        EvalConfig(every=every, data=data)
 
 
 def test_progress_bar_is_shown_by_default_only_in_a_terminal(monkeypatch):
@@ -457,4 +491,46 @@ def test_progress_bar_is_shown_by_default_only_in_a_terminal(monkeypatch):
     monkeypatch.setattr("sys.stderr.isatty", lambda: True)
     assert bars(make()) == 1
     assert bars(make(callbacks=[ProgressBar()])) == 1  # the user's own bar, not a second one
-    assert bars(make(progress_bar=False)) == 0
+    assert bars(make(logging=LoggingConfig(progress_bar=False))) == 0
+
+
+# -- lifecycle: close() and the context manager ------------------------------------------------
+
+
+def test_save_checkpoint_after_fit_then_close_is_idempotent(tmp_path):
+    trainer = make(max_steps=3, checkpoint=CheckpointConfig(tmp_path, every=2))
+    trainer.fit(dataset())
+    assert trainer.save_checkpoint() is None  # step 3 was checkpointed at the end of fit
+    trainer.close()
+    trainer.close()  # a second close does nothing
+    assert [p.name for p in sorted(tmp_path.iterdir())] == ["step-00000002", "step-00000003"]
+    with pytest.raises(ConfigurationError, match="was closed"):
+        trainer.save_checkpoint()
+    with pytest.raises(ConfigurationError, match="was closed"):
+        trainer.fit(dataset())
+
+
+def test_the_context_manager_closes_the_trainer_even_when_fit_raises():
+    with make(max_steps=2) as trainer:
+        assert trainer.fit(dataset()).steps == 2
+    with pytest.raises(ConfigurationError, match="was closed"):
+        trainer.evaluate([(torch.randn(2, 12), torch.zeros(2).long())])
+    with pytest.raises(RuntimeError, match="boom"), make(max_steps=2) as failing:
+        raise RuntimeError("boom")
+    with pytest.raises(ConfigurationError, match="was closed"):
+        failing.fit(dataset())
+
+
+def test_close_leaves_a_process_group_the_caller_made(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1
+    )
+    try:
+        with make(max_steps=1) as trainer:
+            trainer.fit(dataset())
+            assert not trainer.dist.owns_group
+        assert dist.is_initialized()  # the caller's group outlives the Trainer
+    finally:
+        dist.destroy_process_group()

@@ -7,6 +7,12 @@
 * :mod:`~ampkit.checkpoint.sharded`: sharded (``torch.distributed.checkpoint``) contents;
 * :mod:`~ampkit.checkpoint.rng`: the random-number-generator states of a process.
 
+One save path and one reader: every weights file is written by
+:func:`~ampkit.checkpoint.weights.write_weights` (a full checkpoint's, final weights, an
+export), every checkpoint folder is sealed by :func:`~ampkit.checkpoint.folder.commit_checkpoint`,
+and weights are read by :func:`~ampkit.checkpoint.folder.read_weights` (a ``.safetensors``
+file, a checkpoint folder of either layout, or a run folder).
+
 What a Trainer checkpoint holds, and how it is taken from and put back into a run, is the
 Trainer's business (:mod:`ampkit.trainer.checkpoint`); the format here knows no Trainer.
 """

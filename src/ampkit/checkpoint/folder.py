@@ -43,9 +43,9 @@ from ampkit._files import atomic_write, fsync_dir
 from ampkit.checkpoint.weights import (
     disk_full_error,
     nonfinite_names,
-    read_weights_file,
+    read_file,
     refuse_nonfinite,
-    weights_bytes,
+    write_weights,
 )
 from ampkit.errors import CheckpointError
 
@@ -53,6 +53,7 @@ __all__ = [
     "LAYOUTS",
     "SHARDS",
     "CheckpointInfo",
+    "Weights",
     "abort_checkpoint",
     "begin_checkpoint",
     "commit_checkpoint",
@@ -60,12 +61,12 @@ __all__ = [
     "latest_valid_checkpoint",
     "load_checkpoint",
     "load_state",
-    "load_weights",
     "prune_checkpoints",
+    "read_weights",
     "resolve_checkpoint",
-    "save_checkpoint",
     "serialise_state",
     "verify_checkpoint",
+    "write_checkpoint",
 ]
 
 FORMAT_VERSION = 2
@@ -191,7 +192,7 @@ def commit_checkpoint(
     return final
 
 
-def save_checkpoint(
+def write_checkpoint(
     folder: str | Path,
     step: int,
     weights: dict[str, torch.Tensor],
@@ -199,6 +200,10 @@ def save_checkpoint(
     metadata: dict[str, Any] | None = None,
 ) -> Path:
     """Write the full-layout checkpoint of ``step`` atomically under ``folder``; return its path.
+
+    The weights go through :func:`~ampkit.checkpoint.weights.write_weights` into the temporary
+    folder, which :func:`commit_checkpoint` then seals (a sharded checkpoint is the same
+    begin/commit with DCP's files in between).
 
     Args:
         folder: the checkpoints folder (created if missing).
@@ -215,15 +220,12 @@ def save_checkpoint(
         StorageError: the disk is full (the temporary folder is removed).
     """
     refuse_nonfinite(nonfinite_names(weights), Path(folder) / f"step-{step:08d}")
-    data, aliases = weights_bytes(weights)
     state_bytes = serialise_state(state)
     tmp = begin_checkpoint(folder, step)
     try:
-        atomic_write(tmp / _WEIGHTS, data)
-    except BaseException as exc:
+        aliases = write_weights(tmp / _WEIGHTS, weights)
+    except BaseException:
         abort_checkpoint(tmp)
-        if isinstance(exc, OSError):
-            raise (disk_full_error(exc, tmp) or exc) from exc
         raise
     extra = {**(metadata or {}), **({"aliases": aliases} if aliases else {})}
     return commit_checkpoint(tmp, step, state_bytes, extra, layout="full")
@@ -385,42 +387,115 @@ def load_state(path: str | Path) -> dict[str, Any]:
     return state
 
 
-def load_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict]:
-    """Verify and load a full-layout checkpoint: ``(fp32 weights, state, manifest)``, tied
-    weights tied again (both names hold the same tensor). Runs no stored code.
-
-    Raises:
-        CheckpointError: as :func:`verify_checkpoint`, the state cannot be read safely, or
-            the checkpoint is sharded (use :func:`load_weights` and :func:`load_state`).
-    """
-    folder = Path(path)
-    manifest = verify_checkpoint(folder)
-    if manifest.get("layout", "full") != "full":
-        raise CheckpointError(
-            f"checkpoint: {folder} is sharded (written by torch.distributed.checkpoint); it "
-            "has no single weights file. Resume it with the Trainer, or consolidate it with "
-            "`ampkit checkpoint export`."
-        )
-    weights = read_weights_file(folder / _WEIGHTS, manifest.get("aliases", {}))
-    return weights, load_state(folder), manifest
-
-
-def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Verify a checkpoint of either layout and return its full fp32 model weights and the
-    tied-weight aliases, without a process group (a sharded one is consolidated here).
-
-    Raises:
-        CheckpointError: as :func:`verify_checkpoint`.
-    """
-    folder = Path(path)
-    manifest = verify_checkpoint(folder)
+def _checkpoint_weights(folder: Path, manifest: dict) -> dict[str, torch.Tensor]:
+    """The full fp32 weights of a verified checkpoint folder, ties restored (a sharded one is
+    consolidated in this process, without a process group)."""
     aliases = manifest.get("aliases", {})
     if manifest.get("layout", "full") == "full":
-        return read_weights_file(folder / _WEIGHTS, aliases), aliases
+        return read_file(folder / _WEIGHTS, aliases)[0]
     from ampkit.checkpoint.sharded import read_model_weights
 
     weights = read_model_weights(folder / SHARDS)
-    return {k: v.float() if v.is_floating_point() else v for k, v in weights.items()}, aliases
+    for name, target in aliases.items():
+        if target in weights:
+            weights[name] = weights[target]
+    return weights
+
+
+def load_checkpoint(
+    path: str | Path,
+) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any], dict]:
+    """Verify a checkpoint and load it: ``(fp32 weights, state, manifest)``, tied weights tied
+    again (both names hold the same tensor). Runs no stored code. The weights are None for a
+    sharded checkpoint, whose shards each rank loads itself
+    (:func:`ampkit.checkpoint.sharded.load_into`); :func:`read_weights` consolidates them.
+
+    Raises:
+        CheckpointError: as :func:`verify_checkpoint`, or the state cannot be read safely.
+    """
+    folder = Path(path)
+    manifest = verify_checkpoint(folder)
+    weights = None
+    if manifest.get("layout", "full") == "full":
+        weights = _checkpoint_weights(folder, manifest)
+    return weights, load_state(folder), manifest
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Model weights read by :func:`read_weights`.
+
+    Attributes:
+        tensors: ``name -> tensor``, floating-point ones in fp32; tied names hold the same
+            tensor.
+        aliases: the tied names, ``{name: the name whose tensor it shares}``.
+        source: what was read: the safetensors file, or the checkpoint folder.
+        metadata: the safetensors file's header entries besides the aliases (the Trainer's
+            final weights record ``precision``); empty for a checkpoint folder.
+        manifest: the checkpoint's verified manifest; None for a plain safetensors file.
+    """
+
+    tensors: dict[str, torch.Tensor]
+    aliases: dict[str, str]
+    source: Path
+    metadata: dict[str, str]
+    manifest: dict[str, Any] | None
+
+
+def _is_checkpoint(path: Path) -> bool:
+    return (
+        _NAME.match(path.name) is not None
+        or (path / _MANIFEST).exists()
+        or (path / _MARKER).exists()
+    )
+
+
+def _fp32(
+    tensors: dict[str, torch.Tensor], aliases: Mapping[str, str]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Floating-point tensors in fp32, each tie converted once and tied again; the ties that
+    hold (both names present)."""
+    tied = {
+        name: target
+        for name, target in aliases.items()
+        if name in tensors and target in tensors and target not in aliases
+    }
+    out = {
+        name: t.float() if t.is_floating_point() else t
+        for name, t in tensors.items()
+        if name not in tied
+    }
+    for name, target in tied.items():
+        out[name] = out[target]
+    return {name: out[name] for name in tensors}, tied
+
+
+def read_weights(path: str | Path) -> Weights:
+    """Read model weights from a ``.safetensors`` file, a checkpoint folder of either layout
+    (verified against its manifest first; a sharded one is consolidated in this process,
+    without a process group) or a run folder (its final ``model.safetensors``, as
+    ``ampkit train --out`` writes it). The one weights reader; loading runs no stored code.
+
+    Raises:
+        CheckpointError: nothing is there; a checkpoint folder fails verification (damaged
+            manifest, a missing, truncated or altered file, no ``COMPLETE``); a file is not
+            readable safetensors; a folder holds neither a checkpoint nor ``model.safetensors``.
+    """
+    given = Path(path)
+    if given.is_dir() and _is_checkpoint(given):
+        manifest = verify_checkpoint(given)
+        tensors, aliases = _fp32(_checkpoint_weights(given, manifest), manifest.get("aliases", {}))
+        return Weights(tensors, aliases, given, {}, manifest)
+    file = given / _WEIGHTS if given.is_dir() else given
+    if not file.is_file():
+        where = f"{given} holds no {_WEIGHTS}" if given.is_dir() else f"{given} does not exist"
+        raise CheckpointError(
+            f"checkpoint: {where}. Pass a run folder (ampkit train --out DIR), a checkpoint "
+            "folder (DIR/checkpoints/step-NNNNNNNN) or a .safetensors file."
+        )
+    raw, recorded, metadata = read_file(file)
+    tensors, aliases = _fp32(raw, recorded)
+    return Weights(tensors, aliases, file, metadata, None)
 
 
 def latest_valid_checkpoint(

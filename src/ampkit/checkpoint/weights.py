@@ -23,13 +23,14 @@ from ampkit._files import atomic_write, is_disk_full
 from ampkit.errors import CheckpointError, NonFiniteWeightsError, StorageError
 
 __all__ = [
+    "ALIASES_KEY",
     "disk_full_error",
     "find_aliases",
     "nonfinite_names",
-    "read_weights_file",
+    "read_file",
     "refuse_nonfinite",
-    "save_weights",
     "weights_bytes",
+    "write_weights",
 ]
 
 ALIASES_KEY = "ampkit.aliases"
@@ -142,14 +143,18 @@ def weights_bytes(
     return save(stored, metadata=extra or None), found
 
 
-def save_weights(
+def write_weights(
     path: str | Path,
     weights: Mapping[str, torch.Tensor],
     *,
     aliases: Mapping[str, str] | None = None,
     metadata: Mapping[str, str] | None = None,
-) -> Path:
-    """Write fp32 weights to one safetensors file, atomically (final weights, an export).
+) -> dict[str, str]:
+    """Write fp32 weights to one safetensors file, atomically; return the aliases recorded.
+
+    The one path by which ampkit writes weights: a full checkpoint's ``model.safetensors``
+    (:func:`ampkit.checkpoint.folder.write_checkpoint`), the Trainer's final weights and
+    ``ampkit checkpoint export`` all go through it.
 
     Raises:
         NonFiniteWeightsError: a weight holds inf/NaN (nothing is written).
@@ -157,20 +162,22 @@ def save_weights(
     """
     target = Path(path)
     refuse_nonfinite(nonfinite_names(weights), target)
-    data, _ = weights_bytes(weights, aliases, metadata)
+    data, found = weights_bytes(weights, aliases, metadata)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         atomic_write(target, data)
     except OSError as exc:
         raise (disk_full_error(exc, target) or exc) from exc
-    return target
+    return found
 
 
-def read_weights_file(
+def read_file(
     file: str | Path, aliases: Mapping[str, str] | None = None
-) -> dict[str, torch.Tensor]:
-    """Load a safetensors file (no code runs), tying the aliases it records (and ``aliases``)
-    again: both names hold the same tensor.
+) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, str]]:
+    """Load one safetensors file (no code runs): ``(tensors, aliases, metadata)``, the aliases
+    it records (and ``aliases``) tied again, so both names hold the same tensor; ``metadata``
+    is the file's other header entries. Callers read weights with
+    :func:`ampkit.checkpoint.folder.read_weights`, which verifies checkpoints first.
 
     Raises:
         CheckpointError: the file is not readable safetensors.
@@ -179,7 +186,8 @@ def read_weights_file(
 
     try:
         with safe_open(str(file), framework="pt") as f:
-            recorded = json.loads((f.metadata() or {}).get(ALIASES_KEY, "{}"))
+            header = dict(f.metadata() or {})
+            recorded = json.loads(header.pop(ALIASES_KEY, "{}"))
             recorded = recorded if isinstance(recorded, dict) else {}
             weights = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
     except (SafetensorError, OSError, ValueError) as exc:
@@ -187,7 +195,11 @@ def read_weights_file(
             f"checkpoint: {file} is not a readable safetensors file ({exc}). "
             "Use another checkpoint."
         ) from None
-    for name, target in {**recorded, **(aliases or {})}.items():
-        if target in weights:
-            weights[name] = weights[target]
-    return weights
+    tied = {
+        name: target
+        for name, target in {**recorded, **(aliases or {})}.items()
+        if isinstance(name, str) and isinstance(target, str) and target in weights
+    }
+    for name, target in tied.items():
+        weights[name] = weights[target]
+    return weights, tied, header

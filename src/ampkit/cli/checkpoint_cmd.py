@@ -35,15 +35,15 @@ def export(run: str, out: str) -> None:
     process. Every file is verified against the manifest first; a damaged checkpoint is
     refused by name. Tied weights are stored once (safetensors.torch.load_model ties them).
     """
-    from ampkit.checkpoint.folder import load_weights, resolve_checkpoint
-    from ampkit.checkpoint.weights import save_weights
+    from ampkit.checkpoint.folder import read_weights, resolve_checkpoint
+    from ampkit.checkpoint.weights import write_weights
 
     path, skipped = resolve_checkpoint(run)
     for problem in skipped:
         click.echo(f"ampkit: skipped a damaged checkpoint: {problem}", err=True)
-    weights, aliases = load_weights(path)
-    target = save_weights(out, weights, aliases=aliases)
-    stored = {k: v for k, v in weights.items() if k not in aliases}
+    weights = read_weights(path)
+    aliases = write_weights(out, weights.tensors, aliases=weights.aliases)
+    stored = {k: v for k, v in weights.tensors.items() if k not in aliases}
     mib = sum(v.numel() * 4 for v in stored.values()) / 2**20
     tied = f", {len(aliases)} tied" if aliases else ""
-    click.echo(f"exported {path} -> {target} ({len(stored)} tensors{tied}, {mib:.1f} MiB fp32)")
+    click.echo(f"exported {path} -> {out} ({len(stored)} tensors{tied}, {mib:.1f} MiB fp32)")

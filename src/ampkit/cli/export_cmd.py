@@ -127,7 +127,12 @@ def export(**options: Any) -> None:
     """
     from ampkit.deploy import export as run_export
     from ampkit.deploy.sources import fit as fit_weights
-    from ampkit.deploy.sources import held_out_batches, load_factory, load_gpt, load_weights
+    from ampkit.deploy.sources import (
+        held_out_batches,
+        load_factory,
+        load_gpt,
+        read_weights_and_config,
+    )
     from ampkit.errors import ConfigurationError, ParityError
 
     if options["batches"] < 0:
@@ -151,7 +156,7 @@ def export(**options: Any) -> None:
         model, example = load_factory(options["model_spec"])
         parity_batches = options["batches"]
         if options["checkpoint"]:
-            weights, file, _ = load_weights(options["checkpoint"])
+            weights, file, _ = read_weights_and_config(options["checkpoint"])
             fit_weights(model, weights, file)
     dynamic = None
     if options["dynamic_batch"]:

@@ -25,7 +25,7 @@ from torch import nn
 
 from ampkit.errors import CheckpointError, ConfigurationError
 
-__all__ = ["GPTLogits", "held_out_batches", "load_factory", "load_gpt", "load_weights"]
+__all__ = ["GPTLogits", "held_out_batches", "load_factory", "load_gpt", "read_weights_and_config"]
 
 _TRAIN_BYTES = 2_000_000
 _BLOCK = re.compile(r"^blocks\.(\d+)\.")
@@ -42,46 +42,27 @@ class GPTLogits(nn.Module):
         return {"logits": self.gpt(idx)[0]}
 
 
-def _weights_source(path: Path) -> tuple[Path, Path | None]:
-    """``(what to read, summary.json or None)``: a checkpoint folder, or a weights file."""
-    if path.is_file():
-        return path, path.parent / "summary.json"
-    if not path.is_dir():
-        raise CheckpointError(
-            f"--checkpoint: {path} does not exist. Pass a run folder (ampkit train --out DIR), "
-            "a checkpoint folder (DIR/checkpoints/step-N) or a model.safetensors file."
-        )
-    if (path / "manifest.json").is_file() or (path / "COMPLETE").is_file():
-        return path, path.parent.parent / "summary.json"
-    return path / "model.safetensors", path / "summary.json"
-
-
-def load_weights(path: str | Path) -> tuple[dict[str, torch.Tensor], Path, dict[str, Any]]:
+def read_weights_and_config(
+    path: str | Path,
+) -> tuple[dict[str, torch.Tensor], Path, dict[str, Any]]:
     """``(fp32 weights, where they came from, run config)`` from a run folder (its final
     ``model.safetensors``), a checkpoint folder of either layout (verified first; a sharded one
-    is consolidated) or a safetensors file. Tied weights are tied again.
+    is consolidated) or a safetensors file (:func:`ampkit.checkpoint.folder.read_weights`);
+    the run config is ``summary.json``'s ``config`` of the run they belong to. Tied weights are
+    tied again.
 
     Raises:
-        CheckpointError: nothing there, a checkpoint that fails verification, or a weights
-            file that is not safetensors.
+        CheckpointError: as :func:`~ampkit.checkpoint.folder.read_weights`.
     """
-    from ampkit.checkpoint import folder as checkpoint_folder
-    from ampkit.checkpoint.weights import read_weights_file
+    from ampkit.checkpoint.folder import read_weights
 
-    source, summary = _weights_source(Path(path))
-    if source.is_dir():
-        weights, _ = checkpoint_folder.load_weights(source)
-    elif source.is_file():
-        weights = read_weights_file(source)
-    else:
-        raise CheckpointError(
-            f"--checkpoint: {source} is missing. Pass a run folder written by ampkit train "
-            "--out, or its checkpoints/step-N folder."
-        )
+    weights = read_weights(path)
+    run = weights.source.parent.parent if weights.manifest is not None else weights.source.parent
     config: dict[str, Any] = {}
-    if summary is not None and summary.is_file():
+    summary = run / "summary.json"
+    if summary.is_file():
         config = dict(json.loads(summary.read_text()).get("config") or {})
-    return weights, source, config
+    return weights.tensors, weights.source, config
 
 
 def load_gpt(checkpoint: str | Path | None, *, seed: int = 0) -> tuple[GPTLogits, int]:
@@ -90,7 +71,7 @@ def load_gpt(checkpoint: str | Path | None, *, seed: int = 0) -> tuple[GPTLogits
     ``seed``; returns ``(model, context length)``.
 
     Raises:
-        CheckpointError: as :func:`load_weights`, weights of another model, or no head count.
+        CheckpointError: as :func:`read_weights_and_config`, weights of another model, or no head count.
     """
     from ampkit.models.gpt import GPT, GPTConfig
     from ampkit.models.resolve import build_model
@@ -98,7 +79,7 @@ def load_gpt(checkpoint: str | Path | None, *, seed: int = 0) -> tuple[GPTLogits
     if checkpoint is None:
         built = build_model("gpt", seed=seed)
         return GPTLogits(built.model), built.config.block_size
-    weights, file, config = load_weights(checkpoint)
+    weights, file, config = read_weights_and_config(checkpoint)
     shapes = {k: tuple(v.shape) for k, v in weights.items()}
     if "tok_emb.weight" not in shapes or "pos_emb.weight" not in shapes:
         raise CheckpointError(

@@ -29,6 +29,7 @@ from ampkit.precision.modes import PrecisionMode, precision_mode
 from ampkit.precision.policy import resolve_precision
 from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, TrainerView
+from ampkit.trainer.config import CheckpointConfig, CompileConfig, DistributedConfig, LoggingConfig
 from ampkit.trainer.distributed import Strategy, launched_world_size
 from ampkit.trainer.metrics import StepMetrics
 from ampkit.trainer.trainer import Trainer
@@ -233,6 +234,21 @@ def _train(
         return parts["scheduler"]
 
     checkpoints = out / "checkpoints" if out and (config.checkpoint_every or plan.resume) else None
+    if config.keep_last and checkpoints is None:
+        raise ConfigurationError(
+            "--keep-last: applies to the checkpoints, and this run writes none. Add "
+            "--checkpoint-every N, or drop --keep-last."
+        )
+    checkpoint = None
+    if checkpoints is not None:
+        checkpoint = CheckpointConfig(
+            checkpoints,
+            every=config.checkpoint_every,
+            keep_last=config.keep_last,
+            resume=plan.resume,
+            allow_precision_change=config.allow_precision_change,
+            run_config=run_record(config, digest()),
+        )
     with _spoken_as_flags():  # keep_fp32 names are checked here
         trainer = Trainer(
             model,
@@ -245,13 +261,11 @@ def _train(
             max_grad_norm=config.max_grad_norm,
             batch_size=config.batch_size,
             seed=config.seed,
-            checkpoint_dir=checkpoints,
-            checkpoint_every=config.checkpoint_every,
-            keep_last=config.keep_last,
-            resume=plan.resume,
-            compile=config.compile,
-            compile_mode=config.compile_mode,
-            strategy=cast(Strategy, config.strategy),  # TrainConfig.validate checked it
+            checkpoint=checkpoint,
+            compile=CompileConfig(enabled=config.compile, mode=config.compile_mode),
+            distributed=DistributedConfig(
+                strategy=cast(Strategy, config.strategy)  # TrainConfig.validate checked it
+            ),
             callbacks=[
                 *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
                 *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
@@ -259,16 +273,17 @@ def _train(
                 *([_ApplyLr(config.lr, parts)] if plan.saved_lr is not None else []),
             ],
             keep_fp32=config.keep_fp32,
-            log_every=config.log_every,
-            metrics_file=out / "metrics.jsonl" if out else None,
+            logging=LoggingConfig(
+                log_every=config.log_every,
+                metrics_file=out / "metrics.jsonl" if out else None,
+                tokens_per_sample=config.seq_len,
+                progress_bar=False,  # the caller passes its own display as a callback
+            ),
             final_weights=out / "model.safetensors" if out else None,
-            tokens_per_sample=config.seq_len,
             scaler=scaler,
-            run_config=run_record(config, digest()) if checkpoints else None,
-            progress_bar=False,  # the caller passes its own display as a callback
-            resume_precision_change=config.allow_precision_change,
         )
-    result = trainer.fit(CorpusWindows(corpus, config.seq_len))
+    with trainer:  # releases the process group it joined
+        result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(
         precision=result.precision,
         reason=result.reason,

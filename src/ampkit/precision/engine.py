@@ -497,8 +497,8 @@ class MixedPrecision:
                     f"MixedPrecision.load_state_dict: the state has precision={saved!r} but "
                     f"this engine has precision={self.policy.precision!r}. Resume with the "
                     "settings of the saved run, or switch on purpose with "
-                    "resume_precision_change=True (--allow-precision-change): weights and "
-                    "optimizer carry over, the loss-scaler state is dropped."
+                    "CheckpointConfig(allow_precision_change=True) (--allow-precision-change): "
+                    "weights and optimizer carry over, the loss-scaler state is dropped."
                 )
             self._micro_step = micro
             return str(saved)

@@ -1,7 +1,8 @@
 """The Trainer: a training loop on :class:`~ampkit.MixedPrecision` with resumable checkpoints,
 DDP/FSDP2 under torchrun, callbacks and metrics.
 
-Modules: :mod:`~ampkit.trainer.trainer` (the loop), :mod:`~ampkit.trainer.state` (loop
+Modules: :mod:`~ampkit.trainer.trainer` (the loop), :mod:`~ampkit.trainer.config` (its
+grouped, validated settings), :mod:`~ampkit.trainer.state` (loop
 counters), :mod:`~ampkit.trainer.callbacks`, :mod:`~ampkit.trainer.checkpoint` (what a
 checkpoint holds) over :mod:`~ampkit.checkpoint.folder` (the atomic, verified folder
 format), :mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (the loader; the batch convention is
@@ -9,7 +10,21 @@ format), :mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (the lo
 """
 
 from ampkit.trainer.callbacks import Callback as Callback
+from ampkit.trainer.config import CheckpointConfig as CheckpointConfig
+from ampkit.trainer.config import CompileConfig as CompileConfig
+from ampkit.trainer.config import DistributedConfig as DistributedConfig
+from ampkit.trainer.config import EvalConfig as EvalConfig
+from ampkit.trainer.config import LoggingConfig as LoggingConfig
 from ampkit.trainer.result import FitResult as FitResult
 from ampkit.trainer.trainer import Trainer as Trainer
 
-__all__ = ["Callback", "FitResult", "Trainer"]
+__all__ = [
+    "Callback",
+    "CheckpointConfig",
+    "CompileConfig",
+    "DistributedConfig",
+    "EvalConfig",
+    "FitResult",
+    "LoggingConfig",
+    "Trainer",
+]

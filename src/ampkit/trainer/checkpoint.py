@@ -42,8 +42,9 @@ __all__ = [
     "ENGINE",
     "OPTIMIZER",
     "RNG",
+    "FULL_STATE_KEYS",
     "SCHEDULER",
-    "STATE_KEYS",
+    "SHARDED_STATE_KEYS",
     "TRAINER",
     "Restored",
     "TrainingParts",
@@ -60,8 +61,10 @@ log = logging.getLogger("ampkit")
 OPTIMIZER, SCHEDULER, ENGINE, TRAINER, RNG = "optimizer", "scheduler", "engine", "trainer", "rng"
 DATA = "data"
 #: The keys ``state.pt`` of a full checkpoint must hold, in the order they are written
-#: (:data:`DATA` too since format 2; a sharded checkpoint keeps the optimizer in DCP's files).
-STATE_KEYS = (OPTIMIZER, SCHEDULER, ENGINE, TRAINER, RNG)
+#: (:data:`DATA` too since format 2).
+FULL_STATE_KEYS = (OPTIMIZER, SCHEDULER, ENGINE, TRAINER, RNG)
+#: The keys ``state.pt`` of a sharded checkpoint must hold (the optimizer is in DCP's files).
+SHARDED_STATE_KEYS = FULL_STATE_KEYS[1:]
 
 
 @dataclass
@@ -189,18 +192,21 @@ def _check_shapes(model: nn.Module, found: dict[str, tuple[int, ...]], path: Pat
         )
 
 
-def _load_full(parts: TrainingParts, path: Path, manifest: dict, state: dict) -> None:
-    from ampkit.checkpoint.weights import read_weights_file
-
+def _load_full(
+    parts: TrainingParts,
+    path: Path,
+    manifest: dict,
+    state: dict,
+    weights: dict[str, torch.Tensor],
+) -> None:
     saved_strategy = manifest.get("strategy", "replicated")
     strategy = "fsdp" if parts.sharded else "replicated"
     if saved_strategy != strategy:
         raise CheckpointError(
             f"resume: {path} holds a full {saved_strategy} optimizer state, which does not "
             f"load into a {strategy} run. Resume with the strategy it was written with; "
-            "sharded checkpoints (checkpoint_layout='sharded') load into either."
+            "sharded checkpoints (CheckpointConfig(layout='sharded')) load into either."
         )
-    weights = read_weights_file(path / "model.safetensors", manifest.get("aliases", {}))
     _check_shapes(parts.model, {k: tuple(v.shape) for k, v in weights.items()}, path)
     if parts.sharded:
         from torch.distributed.checkpoint.state_dict import (
@@ -234,10 +240,9 @@ def restore(parts: TrainingParts, path: Path, *, allow_precision_change: bool = 
             cannot be recomputed (no ``batch_size``, or not a whole number of micro-batches).
     """
     path = Path(path)
-    manifest = folder.verify_checkpoint(path)
+    weights, state, manifest = folder.load_checkpoint(path)  # verified once; sharded: no weights
     layout = manifest.get("layout", "full")
-    state = folder.load_state(path)
-    required = STATE_KEYS if layout == "full" else STATE_KEYS[1:]
+    required = FULL_STATE_KEYS if layout == "full" else SHARDED_STATE_KEYS
     missing = [key for key in required if key not in state]
     if missing:
         raise CheckpointError(
@@ -253,8 +258,8 @@ def restore(parts: TrainingParts, path: Path, *, allow_precision_change: bool = 
     changed_from = parts.engine.load_state_dict(
         state[ENGINE], allow_precision_change=allow_precision_change
     )
-    if layout == "full":
-        _load_full(parts, path, manifest, state)
+    if weights is not None:
+        _load_full(parts, path, manifest, state, weights)
     else:
         _check_shapes(parts.model, sharded.checkpoint_shapes(path / folder.SHARDS), path)
         sharded.load_into(parts.model, parts.optimizer, path / folder.SHARDS)
@@ -282,7 +287,8 @@ def find_resume_checkpoint(
 ) -> tuple[Path | None, list[str]]:
     """The checkpoint a run resumes from (None: start fresh), and notes on what was decided.
 
-    ``resume=None`` refuses a ``checkpoint_dir`` that already holds checkpoints (a fresh run
+    ``resume=None`` refuses a ``checkpoint_dir`` (``CheckpointConfig.dir``) that already holds
+    checkpoints (a fresh run
     would mix with them); ``"auto"`` takes the newest checkpoint that verifies, noting each
     newer damaged one it skipped; a path is taken as given (verified when loaded).
 
@@ -294,7 +300,7 @@ def find_resume_checkpoint(
         existing = folder.find_checkpoints(checkpoint_dir) if checkpoint_dir else []
         if existing:
             raise ConfigurationError(
-                f"checkpoint_dir: {checkpoint_dir} already holds checkpoints (newest: step "
+                f"checkpoint: {checkpoint_dir} already holds checkpoints (newest: step "
                 f"{existing[-1].step}) and this run was not asked to resume (resume=None), so "
                 "it would mix with them. Pass resume='auto' (--resume auto) to continue, or "
                 "use another folder."

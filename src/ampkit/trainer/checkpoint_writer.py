@@ -74,7 +74,7 @@ class CheckpointWriter:
     ) -> None:
         if layout not in folder.LAYOUTS:
             raise ConfigurationError(
-                f"checkpoint_layout={layout!r} is unknown. Use 'auto', 'full' or 'sharded'."
+                f"layout: {layout!r} is unknown. Use 'auto', 'full' or 'sharded'."
             )
         self.root, self.layout = root, layout
         self.async_save, self.keep_last = async_save, keep_last
@@ -92,7 +92,7 @@ class CheckpointWriter:
             path, error = None, None
             if parts.dist.is_main:
                 try:
-                    path = folder.save_checkpoint(self.root, step, weights, state, metadata)
+                    path = folder.write_checkpoint(self.root, step, weights, state, metadata)
                 except BaseException as exc:  # every rank must learn that rank 0 failed
                     error = exc
             _agree(parts, error)
@@ -205,6 +205,12 @@ class CheckpointWriter:
             )
             return []
         return self._pruned([path])
+
+    def close(self) -> None:
+        """Destroy the process group of the asynchronous writes, if one was made."""
+        group, self._group = self._group, None
+        if group is not None and dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group(group)
 
     def _pruned(self, paths: list[Path]) -> list[Path]:
         if paths and self.keep_last:

@@ -4,10 +4,17 @@ ampkit never starts its own launcher or communication layer: ``torchrun`` sets `
 ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous address; this module joins that group
 (NCCL on CUDA, gloo on CPU), wraps the model with ``DistributedDataParallel`` or FSDP2's
 ``fully_shard`` and tears the group down again.
+
+Ownership: :func:`init_distributed` creates the group only when none exists, and only then
+reports ``owns_group``; :func:`teardown_distributed` destroys only such a group, so a group the
+caller made is never destroyed by ampkit. A group ampkit created and nobody tore down is
+destroyed at interpreter exit (an ``atexit`` hook registered when it is created), which is what
+torch asks of a program before it ends.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 from collections.abc import Callable
@@ -29,6 +36,7 @@ __all__ = [
     "fsdp2_api",
     "fsdp_mixed_precision",
     "init_distributed",
+    "launched_local_rank",
     "teardown_distributed",
     "wrap_model",
 ]
@@ -68,6 +76,22 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def launched_local_rank() -> int:
+    """``LOCAL_RANK`` from the environment (0 when not launched by torchrun): the device this
+    process uses, known before the process group is joined."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+#: Whether the default process group was created by ampkit and not yet destroyed.
+_created = False
+_exit_hook = False
+
+
+def _destroy_at_exit() -> None:
+    if _created and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
     """Join the ``torchrun`` process group, or describe the one the caller already made.
 
@@ -91,13 +115,20 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
     dist.init_process_group(
         backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s)
     )
+    global _created, _exit_hook
+    _created = True
+    if not _exit_hook:
+        atexit.register(_destroy_at_exit)
+        _exit_hook = True
     return DistContext(rank, world, local, owns_group=True)
 
 
 def teardown_distributed(ctx: DistContext) -> None:
-    """Destroy the process group if ampkit created it."""
-    if ctx.owns_group and dist.is_initialized():
+    """Destroy the process group if ampkit created it (idempotent)."""
+    global _created
+    if ctx.owns_group and _created and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+        _created = False
 
 
 def fsdp2_api() -> tuple[Callable[..., Any], type]:

@@ -32,7 +32,7 @@ class StepMetrics:
         step_time_ms: mean wall time per step over the logged interval.
         samples_per_s: samples (over all ranks) per second over the logged interval.
         tokens_per_s: tokens per second, when the run knows its tokens per sample.
-        eval_loss: mean loss over ``eval_data`` at this step (``Trainer(eval_every=...)``);
+        eval_loss: mean loss over ``eval_data`` at this step (``Trainer(eval=EvalConfig(...))``);
             left out of the JSON line when not evaluated.
         precision_change: ``"fp16 -> bf16"`` on the first row after a resume that changed
             the precision on purpose; left out of the JSON line otherwise.

@@ -2,7 +2,7 @@
 
 ``fit`` in outline (callback hooks in brackets)::
 
-    join the torchrun process group (if launched by torchrun)
+    join the torchrun process group (if launched by torchrun; once, kept until close())
     move the model to the device; channels_last; DDP / FSDP2 wrap; torch.compile
     build the TrainingParts (model, optimizer, scheduler, engine, counters, dist) once
     resume from a verified checkpoint ("auto": the newest one that verifies)
@@ -11,10 +11,13 @@
         for each micro-batch of the resumable, rank-aware loader:
             with mp.accumulate(model), mp.autocast(): loss = batch_loss(model, batch)
             mp.backward(loss); result = mp.step(optimizer, scheduler)
-            if the window ended: [on_step_end]; evaluate every eval_every steps;
+            if the window ended: [on_step_end]; evaluate every EvalConfig.every steps;
                 log [on_log]; checkpoint [on_checkpoint]
             fp32/bf16: a non-finite loss at a logged or checkpoint step stops training
-    [on_fit_end] (or [on_exception] when it raised); [close]; destroy the process group
+    [on_fit_end] (or [on_exception] when it raised); [close]
+
+The process group stays joined after ``fit`` (so ``save_checkpoint`` still works) until
+``Trainer.close()`` or the end of ``with Trainer(...) as trainer:``.
 
 Batch convention: see :mod:`ampkit.precision.batches`.
 """
@@ -24,7 +27,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -34,7 +37,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ampkit._tree import to_device
-from ampkit.checkpoint.weights import save_weights
+from ampkit.checkpoint.weights import write_weights
 from ampkit.errors import (
     ConfigurationError,
     NonFiniteTrainingError,
@@ -46,7 +49,6 @@ from ampkit.precision.engine import MixedPrecision, StepResult
 from ampkit.precision.modes import PrecisionMode, TrainingSetup
 from ampkit.precision.policy import Policy, resolve_device
 from ampkit.precision.scaler import LossScaler
-from ampkit.trainer.arguments import check_arguments
 from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
 from ampkit.trainer.checkpoint import (
     TrainingParts,
@@ -55,11 +57,21 @@ from ampkit.trainer.checkpoint import (
     restore,
 )
 from ampkit.trainer.checkpoint_writer import CheckpointWriter
+from ampkit.trainer.config import (
+    CheckpointConfig,
+    CompileConfig,
+    DistributedConfig,
+    EvalConfig,
+    LoggingConfig,
+    check_config,
+    check_count,
+)
 from ampkit.trainer.data import build_loader, example_batch
 from ampkit.trainer.distributed import (
     DistContext,
     Strategy,
     init_distributed,
+    launched_local_rank,
     teardown_distributed,
     wrap_model,
 )
@@ -83,8 +95,8 @@ class Trainer:
         model: the model (on any device; the Trainer moves it).
         optimizer: an optimizer over ``model``'s parameters, or a factory called with the
             parameters after wrapping (required for ``strategy="fsdp"``).
-        loss_fn: ``loss_fn(outputs, targets)``; None when the model returns its loss.
         max_steps: optimizer steps to train for (a resumed run stops at the same step).
+        loss_fn: ``loss_fn(outputs, targets)``; None when the model returns its loss.
         precision: ``"auto"``, a name (``"bf16"``, ``"fp8"``, ...), a :class:`~ampkit.Policy`, or a
             precision mode object holding the mode's options, e.g.
             ``ampkit.Bf16True(update_compensation="stochastic")`` or
@@ -96,46 +108,26 @@ class Trainer:
         num_workers: DataLoader workers when the Trainer builds the loader (default: 0 on CPU,
             ``min(4, cpus // 2)`` on CUDA).
         seed: seeds the sampler's order (per epoch).
-        checkpoint_dir: folder for ``step-NNNNNNNN`` checkpoints.
-        checkpoint_every: write a checkpoint every N optimizer steps (and at the end).
-        keep_last: keep only the newest N checkpoints.
-        resume: ``"auto"`` (newest valid checkpoint in ``checkpoint_dir``, else start fresh),
-            a checkpoint folder, or None (fresh; refuses a ``checkpoint_dir`` that holds one).
-            A checkpoint from another number of processes is resharded (see docs/trainer.md).
-        checkpoint_layout: ``"full"`` (one fp32 safetensors file, gathered to rank 0),
-            ``"sharded"`` (``torch.distributed.checkpoint``: every rank writes its shards) or
-            ``"auto"`` (sharded under FSDP2 or with ``async_checkpoint``, else full).
-        async_checkpoint: write sharded checkpoints in a background thread while training
-            continues; each is committed (manifest, ``COMPLETE``) at the next checkpoint or
-            at the end of ``fit``, once its files are on disk.
-        compile: ``torch.compile`` the model; ``compile_mode`` e.g. ``"reduce-overhead"``.
-            None: the precision mode's default (on for fp8 on CUDA: eager fp8 is slower than
-            bf16; off otherwise); False under fp8 on CUDA warns.
-        channels_last: channels-last memory format for the model and 4-D inputs (conv nets).
-        cudnn_benchmark: let cuDNN pick algorithms per shape (restored after ``fit``).
-        strategy: ``"auto"`` (DDP under torchrun), ``"ddp"``, ``"fsdp"`` or ``"none"``.
         callbacks: :class:`~ampkit.callbacks.Callback` objects.
-        log_every: steps between logged metrics (one GPU sync each).
-        metrics_file: write logged metrics here as JSON lines (rank 0).
+        scaler: a configured :class:`~ampkit.LossScaler` for fp16 (default: one with the
+            standard settings); refused under bf16/fp32, which need no loss scaling.
         keep_fp32: module names or types to run in fp32 inside autocast
             (:func:`ampkit.precision.islands`, e.g. ``ampkit doctor``'s recommendation).
         final_weights: write the final weights here in fp32 safetensors (rank 0; gathered
             from the shards under FSDP2).
-        tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence length).
-        scaler: a configured :class:`~ampkit.LossScaler` for fp16 (default: one with the
-            standard settings); refused under bf16/fp32, which need no loss scaling.
-        eval_every: evaluate ``eval_data`` every N optimizer steps (and at the last step);
-            the mean loss is the ``eval_loss`` of that step's metrics row. Needs ``eval_data``.
-        eval_data: batches to evaluate (a re-iterable, e.g. a DataLoader), under the policy's
-            autocast without gradients; the training RNG is not touched.
-        progress_bar: show a :class:`~ampkit.callbacks.ProgressBar` (rank 0). None: when
-            stderr is a terminal and no ProgressBar is among ``callbacks``.
-        resume_precision_change: allow resuming a checkpoint saved under another precision
-            (e.g. fp16 -> bf16 after a divergence): weights and optimizer state carry over,
-            the loss-scaler state is dropped, and the change is noted in ``FitResult.notes``
-            and in the first metrics row after the resume (``precision_change``).
-        run_config: the run's settings (JSON-ready), recorded as ``config`` in every
-            checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
+        checkpoint: a :class:`~ampkit.CheckpointConfig` (folder, interval, retention, resume,
+            layout, asynchronous writes); None: no checkpoints.
+        logging: a :class:`~ampkit.LoggingConfig` (log interval, metrics file, progress bar,
+            tokens per sample); None: its defaults.
+        eval: an :class:`~ampkit.EvalConfig` (evaluate batches every N steps); None: no
+            evaluation during training.
+        distributed: a :class:`~ampkit.DistributedConfig` (strategy under torchrun, collective
+            timeout); None: its defaults (DDP under torchrun).
+        compile: a :class:`~ampkit.CompileConfig`, or a bool/None for its ``enabled``
+            (None: the precision mode's default: on for fp8 on CUDA, where eager fp8 is slower
+            than bf16; off otherwise; False under fp8 on CUDA warns).
+        channels_last: channels-last memory format for the model and 4-D inputs (conv nets).
+        cudnn_benchmark: let cuDNN pick algorithms per shape (restored after ``fit``).
 
     Under ``precision="fp8"`` (or ``ampkit.Fp8(...)`` without a plan) the plan is measured on
     the first batch of ``fit``'s data (on CUDA; rank 0's plan is used by all); under FSDP2
@@ -148,10 +140,18 @@ class Trainer:
     finite): no checkpoint and no final weights are written after it, so the last checkpoint
     stays the last finite one. Under fp16 the loss scaler skips such steps instead.
 
+    Process group: under ``torchrun`` the Trainer joins the process group when it first needs
+    it (``fit``, ``save_checkpoint``, ``evaluate``, ``is_main``), once, and keeps it until
+    :meth:`close` (or the end of a ``with Trainer(...) as trainer:`` block), so
+    ``trainer.fit(data); trainer.save_checkpoint()`` works. A group the caller initialised
+    before is used and never destroyed. A group the Trainer joined and nobody closed is
+    destroyed at interpreter exit (so torch does not warn of a leaked group).
+
     Raises:
         ConfigurationError: an invalid setting, a precision the hardware cannot run, an
             optimizer needing closures under fp16, an optimizer instance with FSDP.
-        CheckpointError: ``resume`` names a checkpoint that does not exist, or a file.
+        CheckpointError: ``checkpoint.resume`` names a checkpoint that does not exist, or a
+            file.
     """
 
     def __init__(
@@ -169,48 +169,42 @@ class Trainer:
         batch_size: int | None = None,
         num_workers: int | None = None,
         seed: int = 0,
-        checkpoint_dir: str | Path | None = None,
-        checkpoint_every: int | None = None,
-        keep_last: int | None = None,
-        resume: str | Path | None = None,
-        checkpoint_layout: str = "auto",
-        async_checkpoint: bool = False,
-        compile: bool | None = None,
-        compile_mode: str | None = None,
+        callbacks: Sequence[Callback] = (),
+        scaler: LossScaler | None = None,
+        keep_fp32: Sequence[str | type[nn.Module]] = (),
+        final_weights: str | Path | None = None,
+        checkpoint: CheckpointConfig | None = None,
+        logging: LoggingConfig | None = None,
+        eval: EvalConfig | None = None,
+        distributed: DistributedConfig | None = None,
+        compile: CompileConfig | bool | None = None,
         channels_last: bool = False,
         cudnn_benchmark: bool = False,
-        strategy: Strategy = "auto",
-        callbacks: Sequence[Callback] = (),
-        log_every: int = 10,
-        metrics_file: str | Path | None = None,
-        final_weights: str | Path | None = None,
-        keep_fp32: Sequence[str | type[nn.Module]] = (),
-        tokens_per_sample: int | None = None,
-        scaler: LossScaler | None = None,
-        run_config: Mapping[str, Any] | None = None,
-        eval_every: int | None = None,
-        eval_data: Any = None,
-        progress_bar: bool | None = None,
-        resume_precision_change: bool = False,
     ) -> None:
-        check_arguments(
-            optimizer,
-            max_steps=max_steps,
-            checkpoint_every=checkpoint_every,
-            keep_last=keep_last,
-            log_every=log_every,
-            batch_size=batch_size,
-            eval_every=eval_every,
-            eval_data=eval_data,
-            checkpoint_dir=checkpoint_dir,
-            resume=resume,
-            checkpoint_layout=checkpoint_layout,
-            async_checkpoint=async_checkpoint,
-            strategy=strategy,
-        )
-        self.dist: DistContext = init_distributed(resolve_device(device).type)
-        if device is None and resolve_device(None).type in ("cuda", "xpu"):
-            device = torch.device(resolve_device(None).type, self.dist.local_rank)
+        check_count("Trainer", "max_steps", max_steps, optional=False)
+        check_count("Trainer", "batch_size", batch_size)
+        check_config("checkpoint", checkpoint, CheckpointConfig)
+        check_config("logging", logging, LoggingConfig)
+        check_config("eval", eval, EvalConfig)
+        check_config("distributed", distributed, DistributedConfig)
+        if compile is None or isinstance(compile, bool):
+            compile = CompileConfig(enabled=compile)
+        check_config("compile", compile, CompileConfig, optional=False)
+        self.checkpoint_config = checkpoint
+        self.logging_config = logging = logging if logging is not None else LoggingConfig()
+        self.eval_config = eval
+        self.distributed_config = distributed = distributed or DistributedConfig()
+        self.compile_config = compile
+        if distributed.strategy == "fsdp" and isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigurationError(
+                "Trainer: strategy='fsdp' replaces the parameters when sharding, so pass an "
+                "optimizer factory, e.g. optimizer=lambda params: torch.optim.AdamW(params)."
+            )
+        self._dist: DistContext | None = None  # joined on first need (the dist property)
+        self._closed = False
+        default = resolve_device(None) if device is None else None
+        if default is not None and default.type in ("cuda", "xpu"):
+            device = torch.device(default.type, launched_local_rank())
         self.mp = MixedPrecision(
             precision,
             device,
@@ -218,7 +212,8 @@ class Trainer:
             max_grad_norm=max_grad_norm,
             scaler=scaler,
         )
-        compile = self.mp.mode.compile_default(compile)
+        self.compile = self.mp.mode.compile_default(compile.enabled)
+        self.compile_mode = compile.mode
         if self.mp.policy.uses_scaler and isinstance(optimizer, torch.optim.LBFGS):
             raise ConfigurationError(
                 "Trainer: LBFGS needs a closure, which fp16 loss scaling cannot scale. "
@@ -230,30 +225,37 @@ class Trainer:
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
         self.loss_fn, self.max_steps, self.batch_size = loss_fn, max_steps, batch_size
-        self.num_workers, self.seed, self.strategy = num_workers, seed, strategy
-        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
-        self.checkpoint_every, self.keep_last, self.resume = checkpoint_every, keep_last, resume
-        self.checkpoint_layout, self.async_checkpoint = checkpoint_layout, async_checkpoint
+        self.num_workers, self.seed = num_workers, seed
+        self.strategy: Strategy = distributed.strategy
+        # the settings the loop reads, taken from the configs once
+        self.checkpoint_dir = checkpoint.path if checkpoint else None
+        self.checkpoint_every = checkpoint.every if checkpoint else None
+        self.keep_last = checkpoint.keep_last if checkpoint else None
+        self.resume = checkpoint.resume if checkpoint else None
+        self.checkpoint_layout = checkpoint.layout if checkpoint else "auto"
+        self.async_checkpoint = checkpoint.async_save if checkpoint else False
+        self.resume_precision_change = checkpoint.allow_precision_change if checkpoint else False
+        run_config = checkpoint.run_config if checkpoint else None
+        self.run_config = dict(run_config) if run_config is not None else None
         self._writer: CheckpointWriter | None = None
         self._resharded = False
         self._in_loop = False
-        self.compile, self.compile_mode = compile, compile_mode
         self.channels_last, self.cudnn_benchmark = channels_last, cudnn_benchmark
+        progress_bar = logging.progress_bar
         if progress_bar is None:
             progress_bar = sys.stderr.isatty() and not any(
                 isinstance(c, ProgressBar) for c in callbacks
             )
         self.callbacks: list[Callback] = [
-            *([MetricsFile(metrics_file)] if metrics_file else []),
+            *([MetricsFile(logging.metrics_file)] if logging.metrics_file else []),
             *([ProgressBar()] if progress_bar else []),
             *callbacks,
         ]
-        self.eval_every, self.eval_data = eval_every, eval_data
-        self.resume_precision_change = resume_precision_change
+        self.eval_every = eval.every if eval else None
+        self.eval_data: Any = eval.data if eval else None
         self._precision_change: str | None = None
-        self.log_every, self.tokens_per_sample = log_every, tokens_per_sample
+        self.log_every, self.tokens_per_sample = logging.log_every, logging.tokens_per_sample
         self.final_weights = Path(final_weights) if final_weights else None
-        self.run_config = dict(run_config) if run_config is not None else None
         self.fp32_islands = None
         if keep_fp32:  # validated now, before any step; the hooks live as long as the model
             from ampkit.precision.islands import keep_fp32 as make_islands
@@ -266,6 +268,46 @@ class Trainer:
         self.resumed_from: Path | None = None
         self._row_start = 1  # the first step of the interval the next logged row covers
         self._param_names: dict[int, str] = {}
+
+    # -- the process group ---------------------------------------------------------------------
+
+    @property
+    def dist(self) -> DistContext:
+        """Where this process sits in the job. Joins the torchrun process group on first use
+        (once); after :meth:`close`, the context it had (nothing is joined again)."""
+        if self._dist is None:
+            if self._closed:
+                return DistContext()
+            self._dist = init_distributed(
+                self.mp.device.type, timeout_s=self.distributed_config.timeout_s
+            )
+        return self._dist
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise ConfigurationError(
+                f"Trainer.{what}: this Trainer was closed (close() or the end of its with "
+                "block released its process group). Call it before close(), or make a new "
+                "Trainer."
+            )
+
+    def close(self) -> None:
+        """Release what the Trainer holds: the process group it joined (a group the caller
+        initialised is left alone) and the checkpoint writer's own group. Idempotent; after
+        it, ``fit``, ``save_checkpoint`` and ``evaluate`` refuse."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+        if self._dist is not None:
+            teardown_distributed(self._dist)
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- properties ------------------------------------------------------------------------
 
@@ -429,6 +471,8 @@ class Trainer:
         epoch is replayed up to the saved position, so its order must be deterministic).
         ``val_data``: batches evaluated once at the end (mean loss in ``FitResult.notes``).
         """
+        self._check_open("fit")
+        _ = self.dist  # join the process group now, before the model is placed or wrapped
         saved_bench = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         try:
@@ -462,7 +506,6 @@ class Trainer:
             for callback in self.callbacks:
                 callback.close()
             torch.backends.cudnn.benchmark = saved_bench
-            teardown_distributed(self.dist)
 
     def _loop(self, train_data: Any) -> FitResult:
         parts = self._parts()
@@ -592,11 +635,15 @@ class Trainer:
 
     def save_checkpoint(self) -> Path | None:
         """Write a checkpoint of the current step (collective). Skips a step that already has
-        one (e.g. the final step coinciding with ``checkpoint_every``). Returns the checkpoint
-        committed by this call on rank 0 (with ``async_checkpoint``: the previous one, whose
+        one (e.g. the final step coinciding with ``CheckpointConfig.every``). Returns the checkpoint
+        committed by this call on rank 0 (with ``async_save``: the previous one, whose
         background write is then complete), else None."""
+        self._check_open("save_checkpoint")
         if self.checkpoint_dir is None:
-            raise ConfigurationError("Trainer.save_checkpoint: no checkpoint_dir was given.")
+            raise ConfigurationError(
+                "Trainer.save_checkpoint: no checkpoint folder was given. Pass "
+                "checkpoint=CheckpointConfig('path/to/checkpoints')."
+            )
         parts = self._parts()
         if self._writer is None or self._writer.last_step == self.state.step:
             return None
@@ -618,7 +665,7 @@ class Trainer:
         weights = full_weights(self._parts())  # collective under FSDP2: every rank takes part
         if self.is_main:
             try:
-                save_weights(path, weights, metadata={"precision": self.mp.policy.precision})
+                write_weights(path, weights, metadata={"precision": self.mp.policy.precision})
             except StorageError:
                 raise
             except OSError as exc:
@@ -635,6 +682,7 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, data: Iterable[Any]) -> float:
         """Mean loss over ``data`` under the policy's autocast, without gradients."""
+        self._check_open("evaluate")
         was_training = self.model.training
         self.model.eval()
         total, count = torch.zeros((), device=self.device), 0

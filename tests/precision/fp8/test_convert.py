@@ -77,7 +77,7 @@ def test_emulated_fp8_training_decreases_the_loss(spelling):
         max_steps=30,
         precision=ampkit.Fp8(policy.fp8_recipe, plan=plan, emulate=True),
         batch_size=32,
-        log_every=5,
+        logging=ampkit.LoggingConfig(log_every=5),
     )
     losses = []
 

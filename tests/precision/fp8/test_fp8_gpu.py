@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from ampkit import Trainer, fp8_plan
+from ampkit import LoggingConfig, Trainer, fp8_plan
 from ampkit.precision.fp8 import fp8_layer_names
 
 pytestmark = pytest.mark.gpu
@@ -54,7 +54,7 @@ def test_trainer_fp8_compiles_and_trains():
         loss_fn=nn.functional.mse_loss,
         max_steps=20,
         precision="fp8",
-        log_every=5,
+        logging=LoggingConfig(log_every=5),
     )
     plan = fp8_plan(model.cuda(), data[0], loss_fn=nn.functional.mse_loss, use_size_prior=False)
     trainer.mp.mode.plan = plan

@@ -79,7 +79,7 @@ def _fit(precision: Any, lr: float, **kwargs: Any) -> tuple[nn.Module, ampkit.Fi
         precision=precision,
         device="cpu",
         batch_size=8,
-        log_every=2,
+        logging=ampkit.LoggingConfig(log_every=2),
         **kwargs,
     ).fit(_data())
     return model, result

@@ -1,0 +1,296 @@
+"""The Trainer's grouped settings: validated config dataclasses.
+
+The common arguments are keywords of :class:`~ampkit.Trainer` (model, optimizer, max_steps,
+loss_fn, precision, device, ...); the rest come in groups, each checked when it is made
+(``__post_init__``), so a bad setting is refused before any model is moved or any process
+group joined::
+
+    Trainer(
+        model, optimizer, max_steps=1000, precision="bf16",
+        checkpoint=CheckpointConfig("ckpt", every=100, keep_last=3, resume="auto"),
+        logging=LoggingConfig(log_every=10, metrics_file="metrics.jsonl"),
+        eval=EvalConfig(every=100, data=val_batches),
+        distributed=DistributedConfig(strategy="fsdp"),
+        compile=CompileConfig(mode="max-autotune"),
+    )
+
+Each config is frozen; :func:`dataclasses.replace` makes a changed copy (and checks it again).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ampkit.errors import CheckpointError, ConfigurationError
+from ampkit.trainer.distributed import STRATEGIES, Strategy
+
+__all__ = [
+    "CheckpointConfig",
+    "CompileConfig",
+    "DistributedConfig",
+    "EvalConfig",
+    "LoggingConfig",
+    "check_count",
+    "check_config",
+]
+
+#: The checkpoint layouts a run may ask for (``auto``: sharded under FSDP2 or with async
+#: writes, else full).
+LAYOUT_CHOICES = ("auto", "full", "sharded")
+
+
+def check_count(owner: str, name: str, value: object, *, optional: bool = True) -> None:
+    """Refuse ``value`` unless it is an integer >= 1 (or None when ``optional``).
+
+    Raises:
+        ConfigurationError: naming ``owner`` and the argument.
+    """
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        allowed = "an integer >= 1" + (" or None" if optional else "")
+        raise ConfigurationError(f"{owner}: {name}={value!r} is invalid. It must be {allowed}.")
+
+
+def _check_bool(owner: str, name: str, value: object, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, bool):
+        allowed = "True or False" + (" (or None)" if optional else "")
+        raise ConfigurationError(f"{owner}: {name}={value!r} is invalid. It must be {allowed}.")
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Where and when the Trainer writes checkpoints, and what it resumes from.
+
+    Attributes:
+        dir: folder for ``step-NNNNNNNN`` checkpoints.
+        every: write a checkpoint every N optimizer steps (and always at the end); None: only
+            at the end.
+        keep_last: keep only the newest N checkpoints (None: keep all).
+        resume: ``"auto"`` (newest valid checkpoint in ``dir``, else start fresh), a checkpoint
+            folder, or None (fresh; refuses a ``dir`` that already holds checkpoints). A
+            checkpoint from another number of processes is resharded (see docs/trainer.md).
+        layout: ``"full"`` (one fp32 safetensors file, gathered to rank 0), ``"sharded"``
+            (``torch.distributed.checkpoint``: every rank writes its shards) or ``"auto"``
+            (sharded under FSDP2 or with ``async_save``, else full).
+        async_save: write sharded checkpoints in a background thread while training
+            continues; each is committed (manifest, ``COMPLETE``) at the next checkpoint or at
+            the end of ``fit``, once its files are on disk.
+        allow_precision_change: allow resuming a checkpoint saved under another precision
+            (e.g. fp16 -> bf16 after a divergence): weights and optimizer state carry over,
+            the loss-scaler state is dropped, and the change is noted in ``FitResult.notes``
+            and in the first metrics row after the resume (``precision_change``).
+        run_config: the run's settings (JSON-ready), recorded as ``config`` in every
+            checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
+
+    Raises:
+        ConfigurationError: a count that is not an integer >= 1, an unknown layout, async
+            writes with the full layout, a flag that is not a bool.
+        CheckpointError: ``resume`` names a file, or a folder that does not exist.
+    """
+
+    dir: str | Path
+    every: int | None = None
+    keep_last: int | None = None
+    resume: str | Path | None = None
+    layout: str = "auto"
+    async_save: bool = False
+    allow_precision_change: bool = False
+    run_config: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        owner = "CheckpointConfig"
+        if not isinstance(self.dir, (str, Path)) or not str(self.dir):
+            raise ConfigurationError(
+                f"{owner}: dir={self.dir!r} is invalid. Pass the folder for the checkpoints, "
+                "e.g. CheckpointConfig('runs/a/checkpoints')."
+            )
+        check_count(owner, "every", self.every)
+        check_count(owner, "keep_last", self.keep_last)
+        _check_bool(owner, "async_save", self.async_save)
+        _check_bool(owner, "allow_precision_change", self.allow_precision_change)
+        if self.layout not in LAYOUT_CHOICES:
+            raise ConfigurationError(
+                f"{owner}: layout={self.layout!r} is unknown. Use 'auto', 'full' or 'sharded'."
+            )
+        if self.async_save and self.layout == "full":
+            raise ConfigurationError(
+                f"{owner}: async_save=True writes with torch.distributed.checkpoint, which "
+                "needs layout='sharded' (or 'auto'), not 'full'."
+            )
+        if self.run_config is not None and not isinstance(self.run_config, Mapping):
+            raise ConfigurationError(
+                f"{owner}: run_config is a {type(self.run_config).__name__}. Pass a mapping "
+                "of JSON-ready settings, or None."
+            )
+        resume = self.resume
+        if resume is None or resume == "auto":
+            return
+        if not isinstance(resume, (str, Path)):
+            raise ConfigurationError(
+                f"{owner}: resume={resume!r} is invalid. Pass 'auto', a step-NNNNNNNN "
+                "checkpoint folder, or None."
+            )
+        if Path(resume).is_file():
+            raise CheckpointError(
+                f"resume: {resume} is a file, not a checkpoint folder. Pass a step-NNNNNNNN "
+                "folder (e.g. ckpt/step-00000500), or 'auto' to continue from the newest valid "
+                "checkpoint in the checkpoint dir."
+            )
+        if not Path(resume).is_dir():
+            raise CheckpointError(
+                f"resume: {resume} does not exist. Pass a step-NNNNNNNN folder, or 'auto' to "
+                "continue from the newest valid checkpoint in the checkpoint dir."
+            )
+
+    @property
+    def path(self) -> Path:
+        """``dir`` as a path."""
+        return Path(self.dir)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """What the Trainer logs, and where.
+
+    Attributes:
+        log_every: optimizer steps between logged metrics rows (one device sync each; the
+            last step and every evaluated step are logged too).
+        metrics_file: write logged metrics here as JSON lines (rank 0); None: nowhere.
+        progress_bar: show a :class:`~ampkit.callbacks.ProgressBar` (rank 0). None: when
+            stderr is a terminal and no ProgressBar is among the Trainer's ``callbacks``.
+        tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence
+            length); None: samples/s only.
+
+    Raises:
+        ConfigurationError: a count that is not an integer >= 1, a flag that is not a bool.
+    """
+
+    log_every: int = 10
+    metrics_file: str | Path | None = None
+    progress_bar: bool | None = None
+    tokens_per_sample: int | None = None
+
+    def __post_init__(self) -> None:
+        owner = "LoggingConfig"
+        check_count(owner, "log_every", self.log_every, optional=False)
+        check_count(owner, "tokens_per_sample", self.tokens_per_sample)
+        _check_bool(owner, "progress_bar", self.progress_bar, optional=True)
+        if self.metrics_file is not None and not isinstance(self.metrics_file, (str, Path)):
+            raise ConfigurationError(
+                f"{owner}: metrics_file={self.metrics_file!r} is invalid. Pass a file path, "
+                "or None."
+            )
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Evaluation during training.
+
+    Attributes:
+        every: evaluate ``data`` every N optimizer steps (and at the last step); the mean
+            loss is the ``eval_loss`` of that step's metrics row.
+        data: the batches to evaluate (a re-iterable, e.g. a DataLoader), under the policy's
+            autocast without gradients; the training RNG is not touched.
+
+    Raises:
+        ConfigurationError: ``every`` is not an integer >= 1, or ``data`` is None or cannot
+            be iterated.
+    """
+
+    every: int
+    data: Any
+
+    def __post_init__(self) -> None:
+        check_count("EvalConfig", "every", self.every, optional=False)
+        if self.data is None or not hasattr(self.data, "__iter__"):
+            raise ConfigurationError(
+                f"EvalConfig: data={type(self.data).__name__} is not iterable. Pass the "
+                "batches to evaluate (a list or a DataLoader)."
+            )
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """How the Trainer runs under ``torchrun``.
+
+    Attributes:
+        strategy: ``"auto"`` (DDP under torchrun), ``"ddp"``, ``"fsdp"`` (FSDP2: pass an
+            optimizer factory) or ``"none"`` (each process trains alone).
+        timeout_s: seconds a collective may wait for the other processes before it fails
+            (used when the Trainer joins the torchrun process group itself).
+
+    Raises:
+        ConfigurationError: an unknown strategy, or a timeout that is not a positive number.
+    """
+
+    strategy: Strategy = "auto"
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ConfigurationError(
+                f"DistributedConfig: strategy={self.strategy!r} is unknown. Use one of "
+                f"{', '.join(repr(s) for s in STRATEGIES)}."
+            )
+        timeout = self.timeout_s
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ConfigurationError(
+                f"DistributedConfig: timeout_s={timeout!r} is invalid. It must be a number of "
+                "seconds > 0."
+            )
+
+
+@dataclass(frozen=True)
+class CompileConfig:
+    """``torch.compile`` of the model.
+
+    Attributes:
+        enabled: compile the model. None: on for fp8 on CUDA (eager fp8 is slower than bf16),
+            off otherwise; False under fp8 on CUDA warns.
+        mode: ``torch.compile``'s mode, e.g. ``"reduce-overhead"`` or ``"max-autotune"``
+            (None: torch's default).
+
+    The Trainer's ``compile`` argument also takes a bool (or None) for
+    ``CompileConfig(enabled=...)``.
+
+    Raises:
+        ConfigurationError: ``enabled`` is not a bool or None, or ``mode`` is not a string.
+    """
+
+    enabled: bool | None = None
+    mode: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_bool("CompileConfig", "enabled", self.enabled, optional=True)
+        if self.mode is not None and (not isinstance(self.mode, str) or not self.mode):
+            raise ConfigurationError(
+                f"CompileConfig: mode={self.mode!r} is invalid. Pass one of torch.compile's "
+                "modes (e.g. 'reduce-overhead', 'max-autotune'), or None."
+            )
+
+
+def check_config(name: str, value: object, kind: type, *, optional: bool = True) -> None:
+    """Refuse a Trainer argument that is not a ``kind`` config (or None when ``optional``).
+
+    Raises:
+        ConfigurationError: naming the argument, what was given and the config to pass.
+    """
+    if value is None and optional:
+        return
+    if not isinstance(value, kind):
+        raise ConfigurationError(
+            f"Trainer: {name}= takes a {kind.__name__}, not a {type(value).__name__}. Pass "
+            f"{name}={kind.__name__}(...) (from ampkit)."
+        )
