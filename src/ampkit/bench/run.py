@@ -9,7 +9,6 @@ measured on the last warm-up step (:mod:`ampkit.bench.memory`), so timed steps c
 from __future__ import annotations
 
 import copy
-import math
 import platform
 import statistics
 import warnings
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 
 from ampkit._tree import iter_tensors, to_device
+from ampkit._validate import is_int, is_number
 from ampkit.bench.flops import count_train_flops, mfu, peak_flops
 from ampkit.bench.memory import cuda_step_peak_bytes, saved_tensor_bytes, state_bytes
 from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
@@ -77,10 +77,6 @@ def _resolve_all(precisions: Sequence[str], device: torch.device) -> tuple[list[
     return list(policies.values()), notes
 
 
-def _int_at_least(value: object, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
 def _validate(steps: int, warmup: int, batch_size: int | None, tolerance: float) -> None:
     problems = [
         f"--{flag} must be {rule}, got {value!r}"
@@ -88,27 +84,25 @@ def _validate(steps: int, warmup: int, batch_size: int | None, tolerance: float)
             (
                 "steps",
                 steps,
-                _int_at_least(steps, MIN_ROUNDS),
+                is_int(steps, MIN_ROUNDS),
                 f"an integer >= {MIN_ROUNDS} (a spread needs {MIN_ROUNDS} rounds)",
             ),
             (
                 "warmup",
                 warmup,
-                _int_at_least(warmup, 1),
+                is_int(warmup, 1),
                 "an integer >= 1 (the last warm-up step measures memory)",
             ),
             (
                 "batch-size",
                 batch_size,
-                batch_size is None or _int_at_least(batch_size, 1),
+                batch_size is None or is_int(batch_size, 1),
                 "an integer >= 1",
             ),
             (
                 "probe-tolerance",
                 tolerance,
-                isinstance(tolerance, (int, float))
-                and not isinstance(tolerance, bool)
-                and 0 < tolerance < math.inf,
+                is_number(tolerance, 0, open_low=True),
                 "a positive number",
             ),
         ]

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from ampkit._files import atomic_write, fsync_dir
+from ampkit._validate import is_int
 from ampkit.checkpoint.weights import (
     disk_full_error,
     nonfinite_names,
@@ -262,10 +263,6 @@ def _layout_problem(files: Mapping[str, Any], layout: str) -> str | None:
     return None
 
 
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
 def _manifest_problem(manifest: Any, folder: Path) -> str | None:
     """What is wrong with the shape of a manifest, or None."""
     if not isinstance(manifest, dict):
@@ -274,7 +271,7 @@ def _manifest_problem(manifest: Any, folder: Path) -> str | None:
         return f"has format {manifest.get('format')!r}; this ampkit reads {list(_READABLE)}"
     step = manifest.get("step")
     match = _NAME.match(folder.name)
-    if not _is_count(step) or (match and int(match.group(1)) != step):
+    if not is_int(step, 0) or (match and int(match.group(1)) != step):
         return f"has step {step!r}, which does not match the folder name {folder.name}"
     layout = manifest.get("layout", "full")
     if layout not in LAYOUTS:
@@ -283,7 +280,7 @@ def _manifest_problem(manifest: Any, folder: Path) -> str | None:
     if not isinstance(files, dict):
         return f"has files={type(files).__name__}, not an object of name -> sha256 and bytes"
     for name, entry in files.items():
-        if not isinstance(entry, dict) or not _is_count(entry.get("bytes")):
+        if not isinstance(entry, dict) or not is_int(entry.get("bytes"), 0):
             return f"has no valid byte count for {name!r}"
         if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
             return f"has no valid SHA-256 for {name!r}"

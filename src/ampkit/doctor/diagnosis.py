@@ -25,6 +25,7 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from ampkit._validate import is_int, is_number
 from ampkit.doctor.dtype_map import precision_map as run_precision_map
 from ampkit.doctor.findings import Tolerances, evaluate, recommend
 from ampkit.doctor.hooks import observe
@@ -208,14 +209,9 @@ def diagnose(
             requires grad.
     """
     _check_model(model)
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+    if not is_int(steps, 1):
         raise ConfigurationError(f"diagnose: steps={steps!r} is invalid. Use an integer >= 1.")
-    is_number = (
-        isinstance(init_scale, (int, float))
-        and not isinstance(init_scale, bool)
-        and 1 <= init_scale < math.inf
-    )
-    if not (is_number and math.frexp(init_scale)[0] == 0.5):
+    if not (is_number(init_scale, 1) and math.frexp(init_scale)[0] == 0.5):
         raise ConfigurationError(
             f"diagnose: init_scale={init_scale!r} is invalid. Use a power of two >= 1, as loss "
             "scalers do (PyTorch's default is 65536)."

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ampkit._tree import iter_tensors
+from ampkit._validate import is_int
 from ampkit.errors import ConfigurationError
 from ampkit.precision.batches import batch_loss
 
@@ -78,10 +79,6 @@ def logits_loss(output: Any, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, targets)
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
 @dataclass(frozen=True, kw_only=True)
 class BuiltModel:
     """A model, a batch for every step, how a batch becomes the loss, and what one step is.
@@ -135,9 +132,9 @@ class BuiltModel:
                     self.loss_fn is None or callable(self.loss_fn),
                     "None or a function (outputs, targets) -> loss",
                 ),
-                ("items_per_step", _is_count(self.items_per_step), "an integer >= 1"),
+                ("items_per_step", is_int(self.items_per_step, 1), "an integer >= 1"),
                 ("unit", self.unit in UNITS, "'samples' or 'tokens'"),
-                ("batch_size", _is_count(self.batch_size), "an integer >= 1"),
+                ("batch_size", is_int(self.batch_size, 1), "an integer >= 1"),
                 ("make_optimizer", callable(self.make_optimizer), "a function model -> optimizer"),
             ]
             if not ok

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ampkit._validate import is_int, is_number
 from ampkit.errors import ConfigurationError
 
 __all__ = ["GPT", "GPTConfig", "train_flops"]
@@ -49,11 +50,11 @@ class GPTConfig:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value, 1):
                 raise ConfigurationError(
                     f"GPTConfig: {name}={value!r} is invalid. It must be an integer >= 1."
                 )
-        if isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
+        if not is_number(self.dropout, 0) or self.dropout >= 1:
             raise ConfigurationError(
                 f"GPTConfig: dropout={self.dropout!r} is invalid. Use a number in [0, 1)."
             )

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from ampkit._tree import iter_tensors
+from ampkit._validate import is_int
 from ampkit.errors import ConfigurationError
 from ampkit.models.built import BuiltModel, call_model, logits_loss, model_error
 from ampkit.models.builtin import BUILTINS, ConvNet, convnet_model, gpt_model
@@ -238,9 +239,7 @@ def build_model(spec: str, *, batch_size: int | None = None, seed: int = 0) -> B
     if not isinstance(spec, str) or not spec.strip():
         raise model_error(f"{spec!r} is not a model. Use {_FORMS}.")
     spec = spec.strip()
-    if batch_size is not None and (
-        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-    ):
+    if batch_size is not None and not is_int(batch_size, 1):
         raise ConfigurationError(
             f"batch_size: {batch_size!r} is invalid. Use an integer >= 1.", argument="batch_size"
         )

@@ -16,13 +16,13 @@ In fp32 the engine adds nothing: the updates are bitwise those of the plain PyTo
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ampkit._validate import is_int, is_number
 from ampkit.errors import CheckpointError, ConfigurationError, ScalerStateError
 from ampkit.precision.modes import PrecisionMode, precision_mode
 from ampkit.precision.policy import Policy, precision_session, resolve_precision
@@ -189,20 +189,12 @@ class MixedPrecision:
         update_compensation: str | None = None,
         bf16_true_keep_fp32: Sequence[str | type[torch.nn.Module]] | None = None,
     ) -> None:
-        if (
-            isinstance(grad_accum_steps, bool)
-            or not isinstance(grad_accum_steps, int)
-            or grad_accum_steps < 1
-        ):
+        if not is_int(grad_accum_steps, 1):
             raise ConfigurationError(
                 f"grad_accum_steps: {grad_accum_steps!r} is invalid. It must be an integer >= 1 "
                 "(1 steps after every batch)."
             )
-        if max_grad_norm is not None and not (
-            isinstance(max_grad_norm, (int, float))
-            and not isinstance(max_grad_norm, bool)
-            and 0 < max_grad_norm < math.inf
-        ):
+        if max_grad_norm is not None and not is_number(max_grad_norm, 0, open_low=True):
             raise ConfigurationError(
                 f"max_grad_norm: {max_grad_norm!r} is invalid. Use a positive finite number, or "
                 "None to disable clipping."
@@ -475,11 +467,7 @@ class MixedPrecision:
                 f"got {seen}. Pass what MixedPrecision.state_dict() returned."
             )
         micro = state["micro_step"]
-        if (
-            isinstance(micro, bool)
-            or not isinstance(micro, int)
-            or not 0 <= micro <= self.grad_accum_steps
-        ):
+        if not is_int(micro, 0, self.grad_accum_steps):
             raise CheckpointError(
                 f"MixedPrecision.load_state_dict: micro_step={micro!r} is invalid; it must be an "
                 f"integer in [0, grad_accum_steps={self.grad_accum_steps}]. The state is damaged."

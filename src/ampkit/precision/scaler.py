@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from ampkit._validate import is_int
 from ampkit.errors import ConfigurationError, NonFiniteTrainingError, ScalerStateError
 from ampkit.precision import devices
 from ampkit.precision._kernels import unscale_and_check_
@@ -484,11 +485,7 @@ class LossScaler:
             scale=scale,
             scale_name="scale",
         )
-        if problem is None and not (
-            isinstance(tracker, int)
-            and not isinstance(tracker, bool)
-            and 0 <= tracker < state["growth_interval"]
-        ):
+        if problem is None and not is_int(tracker, 0, state["growth_interval"] - 1):
             problem = ("_growth_tracker", tracker, "an integer in [0, growth_interval)")
         if problem:
             name, value, allowed = problem

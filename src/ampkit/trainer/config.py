@@ -19,12 +19,12 @@ Each config is frozen; :func:`dataclasses.replace` makes a changed copy (and che
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampkit._validate import check_int, is_number
 from ampkit.errors import CheckpointError, ConfigurationError
 from ampkit.trainer.distributed import STRATEGIES, Strategy
 
@@ -49,11 +49,7 @@ def check_count(owner: str, name: str, value: object, *, optional: bool = True) 
     Raises:
         ConfigurationError: naming ``owner`` and the argument.
     """
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        allowed = "an integer >= 1" + (" or None" if optional else "")
-        raise ConfigurationError(f"{owner}: {name}={value!r} is invalid. It must be {allowed}.")
+    check_int(name, value, low=1, allow_none=optional, where=owner)
 
 
 def _check_bool(owner: str, name: str, value: object, *, optional: bool = False) -> None:
@@ -240,12 +236,7 @@ class DistributedConfig:
                 f"{', '.join(repr(s) for s in STRATEGIES)}."
             )
         timeout = self.timeout_s
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or not math.isfinite(timeout)
-            or timeout <= 0
-        ):
+        if not is_number(timeout, 0, open_low=True):
             raise ConfigurationError(
                 f"DistributedConfig: timeout_s={timeout!r} is invalid. It must be a number of "
                 "seconds > 0."

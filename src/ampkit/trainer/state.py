@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ampkit._validate import is_int
 from ampkit.errors import CheckpointError
 
 __all__ = ["TrainerState"]
@@ -43,7 +44,7 @@ class TrainerState:
             )
         for name in names:
             value = state[name]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_int(value, 0):
                 raise CheckpointError(
                     f"trainer state: {name}={value!r} is invalid; counters are integers >= 0. "
                     "The checkpoint is damaged; resume from another one."
