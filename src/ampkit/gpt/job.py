@@ -94,28 +94,6 @@ class _ApplyLr(Callback):
             override_lr(self.parts["optimizer"], self.parts.get("scheduler"), self.lr)
 
 
-#: Library argument names, as ``ampkit train`` spells them.
-_FLAGS = {
-    "precision": "--precision",
-    "device": "--device",
-    "keep_fp32": "--keep-fp32",
-    "update_compensation": "--update-compensation",
-}
-
-
-@contextmanager
-def _spoken_as_flags() -> Iterator[None]:
-    """Re-raise a ConfigurationError of the library (``precision: ...``) with the flag's name
-    (``--precision: ...``): the command line's users meet flags, not arguments."""
-    try:
-        yield
-    except ConfigurationError as exc:
-        head, sep, rest = str(exc).partition(": ")
-        if not sep or head not in _FLAGS:
-            raise
-        raise type(exc)(f"{_FLAGS[head]}: {rest}") from exc
-
-
 def _resolve(
     config: TrainConfig, world_size: int, device: torch.device | str | None = None
 ) -> tuple[ByteCorpus, PrecisionMode]:
@@ -123,9 +101,8 @@ def _resolve(
     processes; return the corpus and the run's precision mode, resolved once for ``device``
     (default: ``config.device``)."""
     config.validate()
-    with _spoken_as_flags():
-        policy = resolve_precision(config.precision, device or config.device)
-        mode = precision_mode(policy, update_compensation=config.update_compensation)
+    policy = resolve_precision(config.precision, device or config.device)
+    mode = precision_mode(policy, update_compensation=config.update_compensation)
     corpus = load_corpus(config.data)
     corpus.validate(config.batch_size, config.seq_len, world_size=world_size)
     return corpus, mode
@@ -249,39 +226,38 @@ def _train(
             allow_precision_change=config.allow_precision_change,
             run_config=run_record(config, digest()),
         )
-    with _spoken_as_flags():  # keep_fp32 names are checked here
-        trainer = Trainer(
-            model,
-            make_optimizer,
-            scheduler=make_scheduler,
-            max_steps=config.steps,
-            precision=mode,
-            device=mode.policy.device,
-            grad_accum_steps=config.grad_accum,
-            max_grad_norm=config.max_grad_norm,
-            batch_size=config.batch_size,
-            seed=config.seed,
-            checkpoint=checkpoint,
-            compile=CompileConfig(enabled=config.compile, mode=config.compile_mode),
-            distributed=DistributedConfig(
-                strategy=cast(Strategy, config.strategy)  # TrainConfig.validate checked it
-            ),
-            callbacks=[
-                *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
-                *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
-                *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
-                *([_ApplyLr(config.lr, parts)] if plan.saved_lr is not None else []),
-            ],
-            keep_fp32=config.keep_fp32,
-            logging=LoggingConfig(
-                log_every=config.log_every,
-                metrics_file=out / "metrics.jsonl" if out else None,
-                tokens_per_sample=config.seq_len,
-                progress_bar=False,  # the caller passes its own display as a callback
-            ),
-            final_weights=out / "model.safetensors" if out else None,
-            scaler=scaler,
-        )
+    trainer = Trainer(
+        model,
+        make_optimizer,
+        scheduler=make_scheduler,
+        max_steps=config.steps,
+        precision=mode,
+        device=mode.policy.device,
+        grad_accum_steps=config.grad_accum,
+        max_grad_norm=config.max_grad_norm,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        checkpoint=checkpoint,
+        compile=CompileConfig(enabled=config.compile, mode=config.compile_mode),
+        distributed=DistributedConfig(
+            strategy=cast(Strategy, config.strategy)  # TrainConfig.validate checked it
+        ),
+        callbacks=[
+            *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
+            *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
+            *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
+            *([_ApplyLr(config.lr, parts)] if plan.saved_lr is not None else []),
+        ],
+        keep_fp32=config.keep_fp32,
+        logging=LoggingConfig(
+            log_every=config.log_every,
+            metrics_file=out / "metrics.jsonl" if out else None,
+            tokens_per_sample=config.seq_len,
+            progress_bar=False,  # the caller passes its own display as a callback
+        ),
+        final_weights=out / "model.safetensors" if out else None,
+        scaler=scaler,
+    )
     with trainer:  # releases the process group it joined
         result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(

@@ -130,7 +130,8 @@ def keep_fp32(model: nn.Module, targets: Iterable[str | type[nn.Module]]) -> Fp3
                 hint = f" Did you mean {guess[0]!r}?" if guess else ""
                 raise ConfigurationError(
                     f"keep_fp32: {target!r} is not a module of {type(model).__name__}.{hint} "
-                    "Use names as model.named_modules() spells them."
+                    "Use names as model.named_modules() spells them.",
+                    argument="keep_fp32",
                 )
             chosen[target] = named[target]
         elif isinstance(target, type) and issubclass(target, nn.Module):
@@ -138,12 +139,14 @@ def keep_fp32(model: nn.Module, targets: Iterable[str | type[nn.Module]]) -> Fp3
             if not hits:
                 raise ConfigurationError(
                     f"keep_fp32: no module of {type(model).__name__} is a {target.__name__}. "
-                    "Pass module types the model contains, or module names."
+                    "Pass module types the model contains, or module names.",
+                    argument="keep_fp32",
                 )
             chosen.update(hits)
         else:
             raise ConfigurationError(
                 f"keep_fp32: {target!r} is neither a module name nor an nn.Module subclass. "
-                "Pass names such as 'head' or types such as nn.LayerNorm."
+                "Pass names such as 'head' or types such as nn.LayerNorm.",
+                argument="keep_fp32",
             )
     return Fp32Islands(sorted(chosen.items(), key=lambda item: list(named).index(item[0])))

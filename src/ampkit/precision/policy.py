@@ -188,13 +188,14 @@ def resolve_device(device: torch.device | str | None = None) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ConfigurationError(
-            f"device: {device!r} is not a device name. Use {_DEVICE_NAMES}."
+            f"device: {device!r} is not a device name. Use {_DEVICE_NAMES}.", argument="device"
         ) from exc
     if dev.type in devices.ACCELERATORS:
         if not devices.is_available(dev.type):
             raise ConfigurationError(
                 f"device: {device!r} was requested, but {devices.unavailable_reason(dev.type)}. "
-                f"Use a device this machine has: {_usable_here()}."
+                f"Use a device this machine has: {_usable_here()}.",
+                argument="device",
             )
         count = devices.device_count(dev.type)
         if dev.index is not None and dev.index >= count:
@@ -203,12 +204,14 @@ def resolve_device(device: torch.device | str | None = None) -> torch.device:
             )
             raise ConfigurationError(
                 f"device: {device!r} was requested, but only {count} {dev.type} device(s) are "
-                f"visible. Use {last}."
+                f"visible. Use {last}.",
+                argument="device",
             )
     if dev.type == "meta":
         raise ConfigurationError(
             f"device: {device!r} tensors hold no data, so nothing can be trained or measured "
-            f"on them. Use {_DEVICE_NAMES}."
+            f"on them. Use {_DEVICE_NAMES}.",
+            argument="device",
         )
     return dev
 
@@ -247,7 +250,8 @@ def parse_precision(spelled: str) -> ParsedPrecision:
     guess = difflib.get_close_matches(str(key), accepted, n=1)
     hint = f" Did you mean {guess[0]!r}?" if guess else ""
     raise ConfigurationError(
-        f"precision: unknown precision {spelled!r}. Accepted: {', '.join(accepted)}.{hint}"
+        f"precision: unknown precision {spelled!r}. Accepted: {', '.join(accepted)}.{hint}",
+        argument="precision",
     )
 
 
@@ -339,7 +343,8 @@ def analysis_policy(precision: str, device: torch.device | str) -> Policy:
     parsed = parse_precision(precision)
     if parsed.precision == "auto":
         raise ConfigurationError(
-            "precision: 'auto' depends on the hardware; resolve it with resolve_precision first."
+            "precision: 'auto' depends on the hardware; resolve it with resolve_precision first.",
+            argument="precision",
         )
     name = parsed.precision
     return Policy(
@@ -461,33 +466,38 @@ def _fp8(hw: HardwareInfo, spelled: str, emulate: bool) -> str:
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs fp8 tensor cores, but {where} has none; fp8 needs "
             "compute capability 8.9 or newer (Ada, Hopper, Blackwell) or an MI300. "
-            "Use bf16 on this GPU."
+            "Use bf16 on this GPU.",
+            argument="precision",
         )
     elif backend == "rocm":
         fallback = _auto(hw)[0]
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs fp8 matrix cores that torchao trains with, but "
             f"{where} has none; on AMD GPUs torchao's fp8 training runs on MI300 (gfx940-942) "
-            f"and MI350 (gfx950) only. Use {fallback} on this GPU (what 'auto' picks)."
+            f"and MI350 (gfx950) only. Use {fallback} on this GPU (what 'auto' picks).",
+            argument="precision",
         )
     elif hw.device.type == "cpu":
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} on the CPU ({where}): CPUs have no fp8 matmuls. fp8 "
             "trains on CUDA compute capability 8.9+ or MI300 GPUs; on a CPU only torchao's "
             "emulation runs (numerics, no speed-up): pass emulate=True for tests, or use bf16 "
-            "or fp32."
+            "or fp32.",
+            argument="precision",
         )
     elif backend in ("mps", "xpu"):
         fallback = _auto(hw)[0]
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} on {where}: torchao's fp8 training has no kernels for "
             f"{'Apple' if backend == 'mps' else 'Intel'} GPUs; {_FP8_WHERE}. Use {fallback} "
-            "here (what 'auto' picks), or emulate=True for numerics-only tests."
+            "here (what 'auto' picks), or emulate=True for numerics-only tests.",
+            argument="precision",
         )
     else:
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} on device type {hw.device.type!r}: fp8 training runs on "
-            "CUDA (compute capability 8.9+) or ROCm MI300 only. Use bf16 or fp32."
+            "CUDA (compute capability 8.9+) or ROCm MI300 only. Use bf16 or fp32.",
+            argument="precision",
         )
     available = hw.torchao_available
     if available is None:
@@ -495,7 +505,8 @@ def _fp8(hw: HardwareInfo, spelled: str, emulate: bool) -> str:
     if not available:
         raise MissingDependencyError(
             f"precision: {spelled!r} needs torchao's float8 training, but torchao is not "
-            f"installed. Install it: {_FP8_INSTALL}."
+            f"installed. Install it: {_FP8_INSTALL}.",
+            argument="precision",
         )
     return reason
 
@@ -508,31 +519,36 @@ def _explicit(precision: str, hw: HardwareInfo, spelled: str) -> str:
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs bf16 support, but {hw.name} (compute capability "
             f"{major}.{minor}) has none; bf16 needs compute capability 8.0 or newer. "
-            "Use fp16 (with loss scaling) or fp32."
+            "Use fp16 (with loss scaling) or fp32.",
+            argument="precision",
         )
     if wants_bf16 and backend == "rocm" and _rocm_bf16(hw) is False:
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs bf16 matrix instructions, but {_where(hw)} has "
             "none; on AMD GPUs bf16 runs on MI100 (gfx908) and newer CDNA GPUs and on RDNA3+ "
-            "(gfx11xx, gfx12xx). Use fp16 (with loss scaling) or fp32."
+            "(gfx11xx, gfx12xx). Use fp16 (with loss scaling) or fp32.",
+            argument="precision",
         )
     if wants_bf16 and backend == "mps" and hw.mps_bf16 is False:
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} on {_where(hw)}: bf16 on MPS needs macOS 14 or newer and "
             f"torch 2.6 or newer (this is torch {torch.__version__}). Upgrade macOS/torch, or "
-            "use fp16 (with loss scaling) or fp32."
+            "use fp16 (with loss scaling) or fp32.",
+            argument="precision",
         )
     if wants_bf16 and backend == "xpu" and hw.xpu_bf16 is False:
         fp16 = "fp16 (with loss scaling) or fp32" if hw.xpu_fp16 is not False else "fp32"
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs bf16 support, but {_where(hw)} has none "
-            f"(has_bfloat16_conversions is False). Use {fp16}."
+            f"(has_bfloat16_conversions is False). Use {fp16}.",
+            argument="precision",
         )
     if precision == "fp16" and backend == "xpu" and hw.xpu_fp16 is False:
         other = "bf16 or fp32" if hw.xpu_bf16 else "fp32"
         raise UnsupportedPrecisionError(
             f"precision: {spelled!r} needs fp16 support, but {_where(hw)} has none "
-            f"(has_fp16 is False). Use {other}."
+            f"(has_fp16 is False). Use {other}.",
+            argument="precision",
         )
     if precision == "fp16" and hw.device.type == "cpu":
         warnings.warn(

@@ -73,7 +73,8 @@ def check_compensation(value: object, name: str = "update_compensation") -> Comp
     if value not in COMPENSATIONS:
         raise ConfigurationError(
             f"{name}: {value!r} is not a compensation. Use one of "
-            f"{', '.join(repr(c) for c in COMPENSATIONS)} ('kahan' is the default for bf16-true)."
+            f"{', '.join(repr(c) for c in COMPENSATIONS)} ('kahan' is the default for bf16-true).",
+            argument=name,
         )
     return value  # type: ignore[return-value]
 

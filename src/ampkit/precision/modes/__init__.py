@@ -140,13 +140,15 @@ def precision_mode(precision: str | Policy | PrecisionMode, **options: Any) -> P
         if name == "auto":
             raise ConfigurationError(
                 "precision: 'auto' is decided by the hardware; resolve it first "
-                "(resolve_precision) and pass the Policy."
+                "(resolve_precision) and pass the Policy.",
+                argument="precision",
             )
     cls = MODES.get(name)
     if cls is None:
         raise ConfigurationError(
             f"precision: no precision mode is registered for {name!r}. Registered: "
-            f"{', '.join(MODES)}."
+            f"{', '.join(MODES)}.",
+            argument="precision",
         )
     for key in given:
         if key not in cls.options:

@@ -206,12 +206,14 @@ class PrecisionMode:
             raise ConfigurationError(
                 f"precision: {self!r} trains in {self.name}, but the policy given is for "
                 f"{policy.precision}. Pass a policy of resolve_precision({self.name!r}), or "
-                "the mode alone."
+                "the mode alone.",
+                argument="precision",
             )
         if self._policy is not None and self._policy != policy:
             raise ConfigurationError(
                 f"precision: {self!r} already belongs to a run with another policy "
-                f"({self._policy.describe()}). Build a new mode object for each run."
+                f"({self._policy.describe()}). Build a new mode object for each run.",
+                argument="precision",
             )
         self._policy = policy
         return self
