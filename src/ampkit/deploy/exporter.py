@@ -44,7 +44,7 @@ from ampkit.deploy.signature import (
     resolve_signature,
 )
 from ampkit.errors import ConfigurationError, ParityError
-from ampkit.precision.policy import PRECISION_ALIASES
+from ampkit.precision.policy import parse_precision
 
 __all__ = ["export"]
 
@@ -56,10 +56,11 @@ def _validate(
         raise ConfigurationError(
             f"export: model is a {type(model).__name__}, not a torch.nn.Module. Pass the model."
         )
-    canonical = PRECISION_ALIASES.get(str(precision).strip().lower())
+    canonical = parse_precision(precision).precision if isinstance(precision, str) else None
     if canonical not in ("fp16", "bf16", "fp32"):  # fp8 and bf16-true are training precisions
         raise ConfigurationError(
-            f"export: precision {precision!r} is not exportable. Use fp16, bf16 or fp32."
+            f"export: precision {precision!r} is not exportable. Use fp16, bf16 or fp32.",
+            argument="precision",
         )
     exporter = get_format(format)
     for name, param in [*model.named_parameters(), *model.named_buffers()]:

@@ -43,7 +43,7 @@ def loss_from_output(output: Any) -> torch.Tensor:
             if isinstance(item, torch.Tensor) and item.dim() == 0:
                 return item
     raise ConfigurationError(
-        f"Trainer: the model returned {type(output).__name__}, which holds no scalar loss. "
+        f"loss: the model returned {type(output).__name__}, which holds no scalar loss. "
         "Return the loss (a scalar tensor, `.loss`, a dict 'loss', or a tuple holding it) "
         "or pass loss_fn= and batches of (inputs, targets)."
     )
@@ -61,7 +61,7 @@ def batch_loss(
     if loss_fn is not None:
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
             raise ConfigurationError(
-                "Trainer: with loss_fn, each batch must be (inputs, targets); got "
+                "batch: with loss_fn, each batch must be (inputs, targets); got "
                 f"{type(batch).__name__}. Drop loss_fn if the model returns its loss."
             )
         inputs, targets = batch
