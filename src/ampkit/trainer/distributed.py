@@ -85,6 +85,23 @@ def launched_local_rank() -> int:
 #: Whether the default process group was created by ampkit and not yet destroyed.
 _created = False
 _exit_hook = False
+#: How often this process has created the default group, and the store of the first one.
+_joins = 0
+_first_store: Any = None
+
+
+def _rejoin_store() -> dict[str, Any]:
+    """Keyword arguments for ``init_process_group`` after an earlier group was destroyed.
+
+    torch names a new default group as it named the first one, so its rendezvous would read
+    the first group's keys, still in torchrun's store: a rank may connect to an address that
+    no longer listens, and the job hangs (seen about one run in three with two Trainers in a
+    row). Each later group rendezvous under a prefix of its own in the first group's store
+    (kept alive here); every rank joins as often as the others, so the prefixes agree.
+    """
+    if _joins == 0 or _first_store is None:
+        return {}
+    return {"store": dist.PrefixStore(f"ampkit/join-{_joins}/", _first_store)}
 
 
 def _destroy_at_exit() -> None:
@@ -113,10 +130,18 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
     backend = devices.distributed_backend(device_type)
     devices.set_current_device(device_type, local)
     dist.init_process_group(
-        backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout_s)
+        backend,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        **_rejoin_store(),
     )
-    global _created, _exit_hook
+    global _created, _exit_hook, _joins, _first_store
     _created = True
+    if _first_store is None:
+        default_store = getattr(dist.distributed_c10d, "_get_default_store", None)
+        _first_store = default_store() if default_store is not None else None
+    _joins += 1
     if not _exit_hook:
         atexit.register(_destroy_at_exit)
         _exit_hook = True
