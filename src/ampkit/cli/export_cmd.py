@@ -100,8 +100,8 @@ class _FormatChoice(click.Choice):
     "json_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Also write the result and the parity table as JSON here; '-' writes the JSON alone "
-    "to stdout (instead of the text).",
+    help="Also write the result and the parity table as JSON here. '-' writes the JSON to "
+    "stdout and the text to stderr, so `ampkit export ... --json - | jq .` reads only the JSON.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
 @click.option(
@@ -214,7 +214,8 @@ def _check_suffix(out: str, format_name: str) -> None:
 
 
 def _report(result: Any, json_path: str | None) -> None:
-    if json_path == "-":
+    if json_path == "-":  # the JSON alone on stdout (`| jq .`), the text on stderr
+        click.echo(result.to_text(), err=True)
         click.echo(result.to_json())
         return
     click.echo(result.to_text())
