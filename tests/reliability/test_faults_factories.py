@@ -98,3 +98,27 @@ def test_doctor_errors_begin_with_doctor(factory, expected):
     line = error_line(result)
     assert line.startswith(f"ampkit: error: {expected}")  # before: "diagnose: ...", "loss: ..."
     assert "Trainer" not in line
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("import sys\nsys.exit(0)\n", "raised SystemExit(0). Make the module importable"),
+        ("raise RuntimeError('no GPU found')\n", "raised RuntimeError: no GPU found."),
+        ("import ampkit_no_such_dependency\n", "it imports 'ampkit_no_such_dependency', which "
+                                               "is not installed"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("command", ["doctor", "bench", "export"])
+def test_a_module_that_exits_or_fails_on_import_is_one_line(
+    command, source, expected, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # the factory's module is imported from the current folder
+    name = f"broken_at_import_{abs(hash((command, source)))}"
+    (tmp_path / f"{name}.py").write_text(source + "def make():\n    pass\n")
+    extra = {"doctor": ["--steps", "1"], "bench": ["--steps", "3", "--no-progress"],
+             "export": ["--out", str(tmp_path / "m.onnx")]}[command]  # fmt: skip
+    result = cli(command, "--model", f"{name}:make", *extra)
+    assert result.code == 2  # before: exit 0 silently, or a traceback
+    line = error_line(result)
+    assert f"--model: importing module {name!r} for {name}:make" in line and expected in line

@@ -84,10 +84,21 @@ def _import_module(spec: str, module_name: str) -> Any:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not module_name.startswith(exc.name):
-            raise  # the user's module exists but imports something missing: show that
+            raise model_error(  # the user's module exists but imports something missing
+                f"importing module {module_name!r} for {spec} failed: it imports "
+                f"{exc.name!r}, which is not installed. Install it, then run the command again."
+            ) from None
         raise model_error(
             f"cannot import module {module_name!r} (no module named {exc.name!r}). "
             "Run from the folder that holds it, or install its package."
+        ) from None
+    except (KeyboardInterrupt, AmpkitError):
+        raise
+    except BaseException as exc:  # SystemExit of a script's argparse, a crash at import
+        raise model_error(
+            f"importing module {module_name!r} for {spec} raised {_raised(exc)}. Make the "
+            "module importable without side effects (a script's own command line under "
+            "`if __name__ == '__main__':`), then run the command again."
         ) from None
     finally:
         if added:
@@ -102,9 +113,9 @@ def call_factory(spec: str, batch_size: int | None = None) -> Any:
 
     Raises:
         ConfigurationError: the spec is malformed, the module cannot be imported (it does
-            not exist), it has no such callable, or the factory raised (any exception, or a
-            ``SystemExit`` from ``sys.exit()``, named in one line; ampkit's own errors pass
-            through, and so does ``KeyboardInterrupt``).
+            not exist, or importing it raised), it has no such callable, or the factory
+            raised (any exception, or a ``SystemExit`` from ``sys.exit()``, named in one
+            line; ampkit's own errors pass through, and so does ``KeyboardInterrupt``).
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -162,19 +173,26 @@ def _run_factory(spec: str, factory: Any, kwargs: dict[str, int], unbindable: st
         raise  # Ctrl-C is the user's; ampkit's own errors are already one line
     except SystemExit as exc:
         raise model_error(
-            f"the factory {spec} raised SystemExit({exc.code!r}) (it called sys.exit() or "
+            f"the factory {spec} raised {_raised(exc)} (it called sys.exit() or "
             "exit()) instead of returning a model. Return the model from it; keep the "
             "script's own command line under `if __name__ == '__main__':`."
         ) from None
     except BaseException as exc:
         if unbindable is not None and isinstance(exc, TypeError):
             raise model_error(unbindable.format(exc)) from None
-        lines = str(exc).strip().splitlines()
-        said = f": {lines[0]}{' ...' if len(lines) > 1 else ''}" if lines else ""
         raise model_error(
-            f"the factory {spec} raised {type(exc).__name__}{said}. Fix the factory (call "
-            "it in Python to see the traceback), then run the command again."
+            f"the factory {spec} raised {_raised(exc)}. Fix the factory (call it in Python "
+            "to see the traceback), then run the command again."
         ) from None
+
+
+def _raised(exc: BaseException) -> str:
+    """``SystemExit(0)``, ``ValueError: first line ...``: an exception in one line."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"
+    lines = str(exc).strip().splitlines()
+    said = f": {lines[0]}{' ...' if len(lines) > 1 else ''}" if lines else ""
+    return f"{type(exc).__name__}{said}"
 
 
 def _describe(made: object) -> str:
