@@ -45,8 +45,9 @@ def test_trained_gpt_exports_to_half_the_size_with_parity_on_held_out_text(train
     result = _run("--checkpoint", str(trained_run), "--out", str(out), "--batches", "3",
                   "--keep-fp32", "gpt.head", "--json", "-")  # fmt: skip
     assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
+    data = json.loads(result.stdout)  # the JSON alone on stdout, the text on stderr
     assert data["passed"] and data["path"] == str(out) and out.is_file()
+    assert f"exported  {out}" in result.stderr
     assert 0.45 < data["size_bytes"] / data["fp32_size_bytes"] < 0.6
     assert data["keep_fp32"] == {"gpt.head": "user"}
     ort = data["parity"][0]

@@ -54,7 +54,9 @@ __all__ = ["bench"]
     "json_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Write every measurement (loss curves included) to this JSON file.",
+    help="Write every measurement (loss curves included) to this JSON file. '-' writes the "
+    "JSON to stdout and the table to stderr, so `ampkit bench --json - | jq .` reads only "
+    "the JSON.",
 )
 @click.option(
     "--plot",
@@ -120,15 +122,20 @@ def bench(**options: Any) -> None:
         )
     finally:
         bar.close()
-    click.echo(report.render())
-    if options["json_path"]:
+    to_stdout = options["json_path"] == "-"
+    click.echo(report.render(), err=to_stdout)
+    if to_stdout:
+        import json
+
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    elif options["json_path"]:
         with writing(options["json_path"], "--json"):
             report.write_json(options["json_path"])
         click.echo(f"\njson    {options['json_path']}")
     if options["plot_path"]:
         with writing(options["plot_path"], "--plot"):
             save_plot(report, options["plot_path"])
-        click.echo(f"plot    {options['plot_path']}")
+        click.echo(f"plot    {options['plot_path']}", err=to_stdout)
 
 
 def _progress_bar(enabled: bool) -> tuple[Any, Any]:

@@ -47,7 +47,8 @@ __all__ = ["doctor"]
     "json_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Also write the full report as JSON here.",
+    help="Also write the full report as JSON here. '-' writes the JSON to stdout and the "
+    "text report to stderr, so `ampkit doctor --json - | jq .` reads only the JSON.",
 )
 @click.option(
     "--html",
@@ -108,7 +109,7 @@ def doctor(**options: Any) -> None:
     from ampkit.cli.outputs import check_output, writing
     from ampkit.doctor import diagnose
     from ampkit.doctor.inputs import load_case, load_scale_history
-    from ampkit.errors import ConfigurationError
+    from ampkit.errors import AmpkitError, ConfigurationError
 
     if options["steps"] < 1:
         raise ConfigurationError(f"--steps: {options['steps']} is invalid. Use 1 or more.")
@@ -123,23 +124,39 @@ def doctor(**options: Any) -> None:
     from ampkit.precision.policy import resolve_device
 
     device = resolve_device(options["device"]) if options["device"] is not None else None
-    model, closure = load_case(options["model_spec"], seed=options["seed"], device=device)
-    report = diagnose(
-        model,
-        closure,
-        options["precision"],
-        steps=options["steps"],
-        with_precision_map=options["with_map"] and not options["findings_only"],
-        lr=options["lr"],
-    )
+    try:
+        model, closure = load_case(options["model_spec"], seed=options["seed"], device=device)
+        report = diagnose(
+            model,
+            closure,
+            options["precision"],
+            steps=options["steps"],
+            with_precision_map=options["with_map"] and not options["findings_only"],
+            lr=options["lr"],
+        )
+    except AmpkitError as exc:
+        raise _as_doctor(exc) from None
     if history is not None:
         report = replace(report, scale_history=history)
-    click.echo(report.to_text(findings_only=options["findings_only"]))
-    if options["json_path"]:
+    to_stdout = options["json_path"] == "-"
+    click.echo(report.to_text(findings_only=options["findings_only"]), err=to_stdout)
+    if to_stdout:
+        click.echo(report.to_json())
+    elif options["json_path"]:
         with writing(options["json_path"], "--json"):
             report.to_json(options["json_path"])
         click.echo(f"\nwrote {options['json_path']}")
     if options["html_path"]:
         with writing(options["html_path"], "--html"):
             path = report.to_html(options["html_path"])
-        click.echo(f"wrote {path}")
+        click.echo(f"wrote {path}", err=to_stdout)
+
+
+def _as_doctor(exc: Exception) -> Exception:
+    """An error of the diagnosis as ``ampkit doctor`` says it: ``doctor: ...`` (the library
+    names its function, ``diagnose: ...``, or the part that failed, ``loss: ...``). Errors
+    about an argument keep it (the command line speaks it as the flag, ``--model: ...``)."""
+    if getattr(exc, "argument", None) is None and exc.args and isinstance(exc.args[0], str):
+        message = exc.args[0].removeprefix("diagnose: ")
+        exc.args = (f"doctor: {message}", *exc.args[1:])
+    return exc

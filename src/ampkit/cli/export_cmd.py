@@ -66,7 +66,9 @@ class _FormatChoice(click.Choice):
     "--out",
     required=True,
     type=click.Path(dir_okay=False),
-    help="The file to write (.onnx, or .pt2). Written only if the parity check passes.",
+    help="The file to write: .onnx for --format onnx, .pt2 for torch-export (another suffix is "
+    "refused). Checked writable before the export starts; written only if the parity check "
+    "passes.",
 )
 @click.option(
     "--keep-fp32",
@@ -98,7 +100,8 @@ class _FormatChoice(click.Choice):
     "json_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Also write the result and the parity table as JSON here ('-' for stdout).",
+    help="Also write the result and the parity table as JSON here. '-' writes the JSON to "
+    "stdout and the text to stderr, so `ampkit export ... --json - | jq .` reads only the JSON.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
 @click.option(
@@ -125,6 +128,7 @@ def export(**options: Any) -> None:
       ampkit export --model hf:bert-base-uncased:tiny --out bert-fp16.onnx
       ampkit export --checkpoint runs/a --format torch-export --out gpt-fp16.pt2
     """
+    from ampkit.cli.outputs import check_output
     from ampkit.deploy import export as run_export
     from ampkit.deploy.sources import fit as fit_weights
     from ampkit.deploy.sources import (
@@ -137,6 +141,9 @@ def export(**options: Any) -> None:
 
     if options["batches"] < 0:
         raise ConfigurationError(f"--batches: {options['batches']} is invalid. Use 0 or more.")
+    _check_suffix(options["out"], options["format_"])
+    check_output(options["out"], "--out", creates_folders=True)
+    check_output(options["json_path"], "--json")
     if options["device"] is not None:
         from ampkit.precision.policy import resolve_device
 
@@ -186,8 +193,29 @@ def export(**options: Any) -> None:
     _report(result, options["json_path"])
 
 
+def _check_suffix(out: str, format_name: str) -> None:
+    """Refuse an ``--out`` whose suffix is not the one ``--format`` writes."""
+    from pathlib import Path
+
+    from ampkit.deploy.formats import FORMATS, get_format
+    from ampkit.errors import ConfigurationError
+
+    suffix = get_format(format_name).suffix
+    path = Path(out)
+    if path.suffix.lower() == suffix.lower():
+        return
+    seen = f"ends in {path.suffix!r}" if path.suffix else "has no suffix"
+    other = [name for name, f in FORMATS.items() if f.suffix.lower() == path.suffix.lower()]
+    fix = f" or --format {other[0]}" if other else ""
+    raise ConfigurationError(
+        f"--out: {out} {seen}, but --format {format_name} writes {suffix} files. Pass "
+        f"--out {path.with_name(path.stem + suffix)}{fix}."
+    )
+
+
 def _report(result: Any, json_path: str | None) -> None:
-    if json_path == "-":
+    if json_path == "-":  # the JSON alone on stdout (`| jq .`), the text on stderr
+        click.echo(result.to_text(), err=True)
         click.echo(result.to_json())
         return
     click.echo(result.to_text())

@@ -18,23 +18,28 @@ The steps, each one in its own module:
 4. The format runs the serialized bytes as a server would (:mod:`~ampkit.deploy.runtime`: ONNX
    Runtime CPU, or ``torch.export.load``) and :mod:`~ampkit.deploy.parity` compares them with
    the fp32 reference.
-5. Only if parity passes is the file written: a temporary file in the target folder, fsynced,
-   renamed into place. A failed export leaves nothing at ``path``.
+5. Only if parity passes is the file written (:mod:`~ampkit.deploy.target`): a temporary file
+   in the target folder, fsynced, renamed into place. A failed export leaves nothing at
+   ``path``.
+
+Before any of it, the path is checked (writable, the format's suffix; temporary files that
+killed exports left in its folder are removed) and the weights must be finite: a NaN weight
+would make every output NaN, and so would the fp32 reference the parity check compares with.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ampkit._files import atomic_write
-from ampkit.deploy.formats import ExportFormat, get_format
+from ampkit.deploy.formats import FORMATS, ExportFormat, get_format
 from ampkit.deploy.parity import TOLERANCES, ParityReport, Tolerance
 from ampkit.deploy.result import ExportResult
 from ampkit.deploy.signature import (
@@ -43,10 +48,11 @@ from ampkit.deploy.signature import (
     random_batches,
     resolve_signature,
 )
-from ampkit.errors import ConfigurationError, ParityError
+from ampkit.deploy.target import check_target, remove_stale_temporaries, write_target
+from ampkit.errors import ConfigurationError, NonFiniteWeightsError, ParityError
 from ampkit.precision.policy import parse_precision
 
-__all__ = ["export"]
+__all__ = ["export", "listed", "nonfinite_tensors"]
 
 
 def _validate(
@@ -69,9 +75,44 @@ def _validate(
                 f"export: {name!r} is {param.dtype}, but export starts from the fp32 model "
                 "(it is the parity reference). Pass the model in fp32; export lowers it."
             )
-    if Path(path).is_dir():
-        raise ConfigurationError(f"export: {path} is a folder. Pass a file path to write.")
+    check_target(path, exporter.suffix, exporter.name)
+    _check_finite(model, path)
     return canonical, exporter
+
+
+def nonfinite_tensors(named: Iterable[tuple[str, torch.Tensor]]) -> list[str]:
+    """``'name' (N NaN of M)`` for every floating tensor of ``named`` holding inf/NaN."""
+    bad: list[str] = []
+    for name, tensor in named:
+        if not tensor.is_floating_point():
+            continue
+        with torch.no_grad():
+            finite = torch.isfinite(tensor.detach())
+            if bool(finite.all()):
+                continue
+            nan = int(torch.isnan(tensor.detach()).sum())
+            count = int((~finite).sum())
+        what = f"{nan} NaN" if nan == count else f"{count} inf/NaN"
+        bad.append(f"{name!r} ({what} of {tensor.numel():,})")
+    return bad
+
+
+def listed(items: Sequence[str], first: int = 5) -> str:
+    """The first ``first`` of ``items``, and how many more."""
+    more = len(items) - first
+    return ", ".join(items[:first]) + (f" and {more} more" if more > 0 else "")
+
+
+def _check_finite(model: nn.Module, path: str | os.PathLike) -> None:
+    """Refuse weights holding inf/NaN, naming the first few tensors and the count."""
+    bad = nonfinite_tensors([*model.named_parameters(), *model.named_buffers()])
+    if bad:
+        raise NonFiniteWeightsError(
+            f"export: {len(bad)} weight tensor(s) hold inf/NaN: {listed(bad)}. The exported "
+            f"model (and the fp32 reference it is checked against) would compute inf/NaN; "
+            f"nothing was written to {path}. Export finite weights: an earlier checkpoint of "
+            "the run, or retrain from where it diverged."
+        )
 
 
 def _reference(flat: FlatModel, batches: Sequence[Sequence[torch.Tensor]]):
@@ -121,16 +162,23 @@ def export(
 
     Raises:
         ConfigurationError: an unknown precision or format, a model not in fp32, inputs that
-            are not tensors, or ``path`` is a folder.
+            are not tensors, or a ``path`` that cannot be written: a folder, a suffix other
+            than the format's (``.onnx``, ``.pt2``), a folder that refuses new files (checked
+            before any work).
+        NonFiniteWeightsError: a parameter or buffer holds inf/NaN (the message names the
+            first few and the count); nothing was written.
+        StorageError: writing the file failed (a full disk, ...); the message names the file.
         MissingDependencyError: onnx, onnxscript, onnxruntime or onnxconverter-common is
             missing (format ``onnx``); the message names the ``export`` extra.
         ExportError: an op without ONNX translation, a dynamic dimension the model specialised,
             a node mixing dtypes, or a graph the runtime refuses (each named).
-        ParityError: outputs are non-finite or outside the tolerance; ``error.result`` holds
-            the table and nothing was written.
+        ParityError: outputs are non-finite or outside the tolerance, or the fp32 reference
+            itself is non-finite; ``error.result`` holds the table and nothing was written.
     """
     started = time.perf_counter()
     precision, exporter = _validate(model, precision, format, path)
+    target = Path(path)
+    stale = remove_stale_temporaries(target.parent, {f.suffix for f in FORMATS.values()})
     signature = resolve_signature(model, example_inputs)
     if isinstance(parity_batches, int):
         extra = random_batches(signature, parity_batches, seed)
@@ -151,6 +199,11 @@ def export(
             )
         reference = _reference(flat, batches)
         notes: list[str] = []
+        if stale:
+            notes.append(
+                f"removed {len(stale)} temporary file(s) of earlier interrupted exports from "
+                f"{target.parent}: {', '.join(stale)}"
+            )
         if keep_fp32 is None:
             from ampkit.deploy.islands import doctor_keep_fp32
 
@@ -178,7 +231,6 @@ def export(
             notes += parity_notes
     finally:
         model.train(was_training)
-    target = Path(path)
     result = ExportResult(
         path=str(target),
         format=exporter.name,
@@ -195,9 +247,18 @@ def export(
     )
     failed = [report for report in parity if not report.passed]
     if failed:
-        from dataclasses import replace
-
         names = sorted({o.name for r in failed for o in r.outputs if not o.passed})
+        unreferenced = sorted({o.name for r in failed for o in r.outputs if o.reference_nonfinite})
+        if unreferenced:
+            count = max(o.reference_nonfinite for r in failed for o in r.outputs)
+            raise ParityError(
+                f"export: parity check failed: the fp32 reference itself is non-finite in "
+                f"output(s) {', '.join(unreferenced)} (up to {count:,} inf/NaN values), so "
+                f"nothing can be checked against it; nothing was written to {target}. The "
+                "model computes inf/NaN in fp32 on these inputs: fix the model or the inputs "
+                "(ampkit.detect_nonfinite(model) names the first module that makes one).",
+                result=replace(result, path=None),
+            )
         raise ParityError(
             f"export: parity check failed for output(s) {', '.join(names)} on "
             f"{' and '.join(r.runtime for r in failed)} (non-finite values, max rel above "
@@ -206,6 +267,5 @@ def export(
             "(keep_fp32=[...]) or export in bf16/fp32.",
             result=replace(result, path=None),
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, data)
+    write_target(target, data)
     return result

@@ -9,10 +9,13 @@ over all parity batches (the example inputs plus a few more):
   largest value it is what decides whether a logit or an embedding moved;
 * ``top1``: the fraction of positions whose argmax over the last dimension agrees (for
   classifier and language-model logits: outputs named ``*logits*``, or a model's only output);
-* ``nonfinite``: inf/NaN values in ``y`` where ``r`` is finite.
+* ``nonfinite``: inf/NaN values in ``y`` where ``r`` is finite;
+* ``reference_nonfinite``: inf/NaN values in the reference ``r`` itself.
 
-An output passes when it has no new non-finite values, ``max_rel <= tolerance.rel`` and,
-where top-1 applies, ``top1 >= tolerance.top1``. :data:`TOLERANCES` holds the defaults:
+An output passes when its reference is finite, it has no new non-finite values,
+``max_rel <= tolerance.rel`` and, where top-1 applies, ``top1 >= tolerance.top1``. A
+non-finite reference always fails: positions where ``r`` is inf/NaN cannot be compared, and a
+reference that is NaN everywhere would otherwise leave nothing to disagree with (max abs 0). :data:`TOLERANCES` holds the defaults:
 about twenty times the unit roundoff of the format (fp16 ``2**-11``, bf16 ``2**-8``), which
 leaves room for the error a few layers accumulate and flags the real failures (overflow,
 a clipped constant, a dtype mix-up) that are orders of magnitude larger.
@@ -60,6 +63,7 @@ class OutputParity:
     top1: float | None
     nonfinite: int
     passed: bool
+    reference_nonfinite: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,8 @@ class ParityReport:
                     f"{o.max_abs:.3g}",
                     f"{o.max_rel:.3g}",
                     top1,
-                    str(o.nonfinite),
+                    str(o.nonfinite)
+                    + (f" (fp32 {o.reference_nonfinite})" if o.reference_nonfinite else ""),
                     "ok" if o.passed else "FAIL",
                 )
             )
@@ -110,6 +115,12 @@ class ParityReport:
             f"{self.tolerance.rel:g}, top-1 >= {self.tolerance.top1:.0%}, no new inf/NaN"
         )
         lines.extend(f"note: {n}" for n in self.notes)
+        unreferenced = [o.name for o in self.outputs if o.reference_nonfinite]
+        if unreferenced:
+            lines.append(
+                f"note: the fp32 reference itself holds inf/NaN in {', '.join(unreferenced)} "
+                "(the count in brackets): nothing can be checked against it"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, object]:
@@ -147,10 +158,12 @@ def compare(
             )  # fmt: skip
             continue
         max_abs, scale, nonfinite, agree, total = 0.0, 0.0, 0, 0, 0
+        reference_nonfinite = 0
         top1 = _uses_top1(name, len(names), refs[0].shape)
         for r, o in zip(refs, outs, strict=True):
             r64, o64 = r.astype(np.float64), o.astype(np.float64)
             finite = np.isfinite(r64)
+            reference_nonfinite += int(finite.size - finite.sum())
             bad = finite & ~np.isfinite(o64)
             nonfinite += int(bad.sum())
             ok = finite & ~bad
@@ -163,7 +176,8 @@ def compare(
         max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
         agreement = agree / total if top1 and total else None
         passed = (
-            nonfinite == 0
+            reference_nonfinite == 0
+            and nonfinite == 0
             and max_rel <= tolerance.rel
             and (agreement is None or agreement >= tolerance.top1)
         )
@@ -177,6 +191,7 @@ def compare(
                 top1=agreement,
                 nonfinite=nonfinite,
                 passed=passed,
+                reference_nonfinite=reference_nonfinite,
             )
         )
     return ParityReport(

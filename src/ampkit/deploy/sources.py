@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.errors import CheckpointError, ConfigurationError
+from ampkit.errors import CheckpointError, ConfigurationError, NonFiniteWeightsError
 
 __all__ = ["GPTLogits", "held_out_batches", "load_factory", "load_gpt", "read_weights_and_config"]
 
@@ -111,7 +111,18 @@ def fit(model: nn.Module, weights: dict[str, torch.Tensor], file: Path) -> None:
 
     Raises:
         CheckpointError: keys or shapes differ (the message names the file and the first few).
+        NonFiniteWeightsError: a tensor holds inf/NaN (the message names the file, the first
+            few tensors and the count): nothing exported from it could be right.
     """
+    from ampkit.deploy.exporter import listed, nonfinite_tensors
+
+    bad = nonfinite_tensors(weights.items())
+    if bad:
+        raise NonFiniteWeightsError(
+            f"--checkpoint: {file} holds inf/NaN in {len(bad)} tensor(s): {listed(bad)}. A "
+            "model exported from it would compute inf/NaN. Pass a checkpoint with finite "
+            "weights (an earlier one of the run: RUN/checkpoints/step-N)."
+        )
     own = model.state_dict()
     missing = [k for k in own if k not in weights]
     unexpected = [k for k in weights if k not in own]

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ampkit.errors import ConfigurationError, DataError
-from ampkit.models.built import BuiltModel, model_error
+from ampkit.models.built import BuiltModel, model_error, refuse_meta
 from ampkit.models.resolve import (
     build_model,
     call_factory,
@@ -71,11 +71,17 @@ def load_factory(spec: str) -> Case:
 
     Raises:
         ConfigurationError: the spec is malformed, the module or the function does not exist,
-            or the factory returned none of the forms above.
+            the factory raised or returned none of the forms above, or its model or inputs
+            are on the ``meta`` device (no data; for a closure: the loss it returns).
     """
     made = call_factory(spec)
     if is_closure_form(made):
-        return Case(made[0], made[1])
+        refuse_meta(spec, made[0])
+        return Case(made[0], _refusing_meta_loss(spec, made[1]))
+    if isinstance(made, BuiltModel):
+        refuse_meta(spec, made.model, made.example_batch)
+    elif isinstance(made, tuple) and made and isinstance(made[0], nn.Module):
+        refuse_meta(spec, made[0], made[1:])
     try:
         built = from_factory_result(spec, made)
     except ConfigurationError:
@@ -90,6 +96,21 @@ def load_factory(spec: str) -> Case:
             "(model, batch), (model, inputs, targets), or an ampkit.models.resolve.BuiltModel."
         ) from None
     return Case.of(built)
+
+
+def _refusing_meta_loss(spec: str, closure: Callable[[], Any]) -> Callable[[], Any]:
+    """``closure``, refusing a loss on the ``meta`` device (its inputs held no data)."""
+
+    def checked() -> Any:
+        loss = closure()
+        if isinstance(loss, torch.Tensor) and loss.is_meta:
+            raise model_error(
+                f"{spec}'s closure returned a loss on the meta device (no data): its inputs "
+                "hold no values. Create the batch on a real device (cpu, cuda) in the factory."
+            )
+        return loss
+
+    return checked
 
 
 def load_case(spec: str | None, *, seed: int = 0, device: torch.device | None = None) -> Case:

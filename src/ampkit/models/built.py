@@ -21,7 +21,15 @@ from ampkit._validate import is_int
 from ampkit.errors import ConfigurationError
 from ampkit.precision.batches import batch_loss
 
-__all__ = ["UNITS", "BuiltModel", "call_model", "default_optimizer", "logits_loss", "model_error"]
+__all__ = [
+    "UNITS",
+    "BuiltModel",
+    "call_model",
+    "default_optimizer",
+    "logits_loss",
+    "model_error",
+    "refuse_meta",
+]
 
 #: What ``items_per_step`` may count.
 UNITS = ("samples", "tokens")
@@ -31,6 +39,36 @@ def model_error(message: str) -> ConfigurationError:
     """A :class:`~ampkit.errors.ConfigurationError` about the ``model`` argument: the message
     reads ``model: ...`` and the command line shows it as ``--model: ...``."""
     return ConfigurationError(f"model: {message}", argument="model")
+
+
+def refuse_meta(spec: str, model: nn.Module | None, data: Any = None) -> None:
+    """Refuse a model or inputs (``data``: a batch, inputs, targets) on the ``meta`` device.
+
+    Meta tensors have a shape but no values: nothing can be measured, trained or exported on
+    them, and torch's errors about them (``unsupported scalarType``, ``unsupported autocast
+    device_type 'meta'``) do not say so.
+
+    Raises:
+        ConfigurationError: a parameter, buffer or input tensor is a meta tensor (the message
+            names the first and the count).
+    """
+    if model is not None:
+        meta = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+        if meta:
+            more = f" and {len(meta) - 1} more" if len(meta) > 1 else ""
+            raise model_error(
+                f"{spec}'s model is on the meta device (no data): {meta[0]!r}{more} hold no "
+                "values. Build it on a real device in the factory (cpu, cuda), or give it "
+                "weights first (model.to_empty(device='cpu'), then load_state_dict)."
+            )
+    tensors = [t for t in iter_tensors(data) if t.is_meta]
+    if tensors:
+        shapes = ", ".join("x".join(map(str, t.shape)) or "scalar" for t in tensors[:3])
+        raise model_error(
+            f"{spec}'s inputs are on the meta device (no data): {len(tensors)} tensor(s) "
+            f"({shapes}) hold no values. Create the batch on a real device in the factory "
+            "(cpu, cuda)."
+        )
 
 
 def default_optimizer(model: nn.Module) -> torch.optim.Optimizer:

@@ -38,8 +38,8 @@ from torch import nn
 
 from ampkit._tree import iter_tensors
 from ampkit._validate import is_int
-from ampkit.errors import ConfigurationError
-from ampkit.models.built import BuiltModel, call_model, logits_loss, model_error
+from ampkit.errors import AmpkitError, ConfigurationError
+from ampkit.models.built import BuiltModel, call_model, logits_loss, model_error, refuse_meta
 from ampkit.models.builtin import BUILTINS, ConvNet, convnet_model, gpt_model
 from ampkit.precision.batches import batch_size_of
 
@@ -84,10 +84,21 @@ def _import_module(spec: str, module_name: str) -> Any:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not module_name.startswith(exc.name):
-            raise  # the user's module exists but imports something missing: show that
+            raise model_error(  # the user's module exists but imports something missing
+                f"importing module {module_name!r} for {spec} failed: it imports "
+                f"{exc.name!r}, which is not installed. Install it, then run the command again."
+            ) from None
         raise model_error(
             f"cannot import module {module_name!r} (no module named {exc.name!r}). "
             "Run from the folder that holds it, or install its package."
+        ) from None
+    except (KeyboardInterrupt, AmpkitError):
+        raise
+    except BaseException as exc:  # SystemExit of a script's argparse, a crash at import
+        raise model_error(
+            f"importing module {module_name!r} for {spec} raised {_raised(exc)}. Make the "
+            "module importable without side effects (a script's own command line under "
+            "`if __name__ == '__main__':`), then run the command again."
         ) from None
     finally:
         if added:
@@ -102,7 +113,9 @@ def call_factory(spec: str, batch_size: int | None = None) -> Any:
 
     Raises:
         ConfigurationError: the spec is malformed, the module cannot be imported (it does
-            not exist), or it has no such callable.
+            not exist, or importing it raised), it has no such callable, or the factory
+            raised (any exception, or a ``SystemExit`` from ``sys.exit()``, named in one
+            line; ampkit's own errors pass through, and so does ``KeyboardInterrupt``).
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
@@ -140,13 +153,46 @@ def call_factory(spec: str, batch_size: int | None = None) -> Any:
         f"{spec} is not a model factory: it cannot be called with {takes} ({{}}). "
         f"Name a function that takes {takes} and returns a model ({_FORMS})."
     )
+    if signature is not None:
+        try:
+            signature.bind(**kwargs)
+        except TypeError as exc:  # a class such as torch.nn:Linear, or json:loads
+            raise model_error(problem.format(exc)) from None
+    return _run_factory(spec, factory, kwargs, problem if signature is None else None)
+
+
+def _run_factory(spec: str, factory: Any, kwargs: dict[str, int], unbindable: str | None) -> Any:
+    """``factory(**kwargs)``, with whatever it raises as one line naming it.
+
+    ``unbindable``: the message for a ``TypeError`` of a factory whose signature could not be
+    read (the call itself is then the only test that it takes these arguments).
+    """
     try:
-        if signature is None:
-            return factory(**kwargs)
-        signature.bind(**kwargs)
-    except TypeError as exc:  # a class such as torch.nn:Linear, or json:loads
-        raise model_error(problem.format(exc)) from None
-    return factory(**kwargs)
+        return factory(**kwargs)
+    except (KeyboardInterrupt, AmpkitError):
+        raise  # Ctrl-C is the user's; ampkit's own errors are already one line
+    except SystemExit as exc:
+        raise model_error(
+            f"the factory {spec} raised {_raised(exc)} (it called sys.exit() or "
+            "exit()) instead of returning a model. Return the model from it; keep the "
+            "script's own command line under `if __name__ == '__main__':`."
+        ) from None
+    except BaseException as exc:
+        if unbindable is not None and isinstance(exc, TypeError):
+            raise model_error(unbindable.format(exc)) from None
+        raise model_error(
+            f"the factory {spec} raised {_raised(exc)}. Fix the factory (call it in Python "
+            "to see the traceback), then run the command again."
+        ) from None
+
+
+def _raised(exc: BaseException) -> str:
+    """``SystemExit(0)``, ``ValueError: first line ...``: an exception in one line."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"
+    lines = str(exc).strip().splitlines()
+    said = f": {lines[0]}{' ...' if len(lines) > 1 else ''}" if lines else ""
+    return f"{type(exc).__name__}{said}"
 
 
 def _describe(made: object) -> str:
@@ -172,10 +218,11 @@ def from_factory_result(spec: str, made: object) -> BuiltModel:
 
     Raises:
         ConfigurationError: not a BuiltModel, ``(model, batch)`` or ``(model, inputs,
-            targets)`` with a ``torch.nn.Module`` first; or ``(model, closure)``, which only
-            the doctor can use.
+            targets)`` with a ``torch.nn.Module`` first; ``(model, closure)``, which only
+            the doctor can use; or a model or batch on the ``meta`` device (no data).
     """
     if isinstance(made, BuiltModel):
+        refuse_meta(spec, made.model, made.example_batch)
         return made
     if not isinstance(made, tuple) or len(made) not in (2, 3) or not isinstance(made[0], nn.Module):
         raise model_error(
@@ -184,6 +231,8 @@ def from_factory_result(spec: str, made: object) -> BuiltModel:
             "torch.nn.Module as the model."
         )
     model = made[0]
+    if not is_closure_form(made):
+        refuse_meta(spec, model, made[1:])
     params = sum(p.numel() for p in model.parameters())
     description = f"{type(model).__name__} from {spec}, {params:,} parameters"
     if len(made) == 2:
