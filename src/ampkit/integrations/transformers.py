@@ -55,6 +55,7 @@ from ampkit.integrations import (
 from ampkit.integrations._deps import require
 
 _transformers = require("transformers", feature="ampkit.integrations.transformers", extra="hf")
+_TrainerCallback: Any = _transformers.TrainerCallback
 
 __all__ = ["AmpkitCallback"]
 
@@ -73,7 +74,7 @@ def loss_of(output: Any) -> torch.Tensor | None:
     return None
 
 
-class AmpkitCallback(_transformers.TrainerCallback):  # type: ignore[misc]
+class AmpkitCallback(_TrainerCallback):
     """Log ampkit's telemetry into the ``Trainer``'s log lines and trace the first inf/NaN.
 
     Add it with :meth:`attach` (it then runs before the ``report_to`` callbacks, which log the

@@ -1,0 +1,208 @@
+"""ampkit.integrations.lightning: AmpkitPrecision and AmpkitCallback in a real Lightning Trainer,
+on the CPU: fp16 (honoured, with ampkit's LossScaler) and bf16, automatic and manual
+optimization, gradient accumulation; the logged keys are read back from Lightning's CSV logger."""
+
+from __future__ import annotations
+
+import csv
+import math
+
+import pytest
+import torch
+from torch import nn
+
+pl = pytest.importorskip(
+    "lightning.pytorch", reason="the Lightning tests need lightning: pip install 'ampkit[lightning]'"
+)
+
+import ampkit  # noqa: E402
+from ampkit.errors import ConfigurationError, NonFiniteTrainingError  # noqa: E402
+from ampkit.integrations import LOSS_SCALE, LOST_UPDATES, NONFINITE_STEP, SKIPPED_STEPS  # noqa: E402
+from ampkit.integrations.lightning import AmpkitCallback, AmpkitPrecision  # noqa: E402
+
+fp16_on_cpu = pytest.mark.filterwarnings("ignore:.*fp16.*:ampkit.errors.PrecisionWarning")
+pytestmark = [fp16_on_cpu, pytest.mark.filterwarnings("ignore::UserWarning:lightning")]
+
+BATCH, STEPS = 4, 6
+INIT = 2.0**8  # no overflow of its own in this model: only the injected ones skip
+
+
+def scaler() -> ampkit.LossScaler:
+    return ampkit.LossScaler(init_scale=INIT)
+
+
+def data(n: int = BATCH * STEPS) -> torch.utils.data.DataLoader:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, 8, generator=g)
+    y = x @ torch.randn(8, 1, generator=g)
+    dataset = torch.utils.data.TensorDataset(x, y)
+    return torch.utils.data.DataLoader(dataset, batch_size=BATCH, shuffle=False)
+
+
+def net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+class Module(pl.LightningModule):
+    """A regression; ``overflow`` holds the batch indices whose loss is multiplied by 1e30
+    (finite in fp32, but its fp16 gradients overflow)."""
+
+    def __init__(self, overflow: set[int] = frozenset(), manual: bool = False, lr=0.1) -> None:
+        super().__init__()
+        self.net = net()
+        self.overflow, self.lr = set(overflow), lr
+        self.automatic_optimization = not manual
+
+    def loss(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.mse_loss(self.net(x).float(), y)
+        return loss * 1e30 if batch_idx in self.overflow else loss
+
+    def training_step(self, batch, batch_idx):
+        loss = self.loss(batch, batch_idx)
+        if self.automatic_optimization:
+            return loss
+        opt = self.optimizers()
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        return None
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    def train_dataloader(self):
+        return data()
+
+
+def fit(tmp_path, module, precision, *, callback=True, **kwargs):
+    """Train on the CPU; returns (CSV rows of the logged steps, the callback)."""
+    cb = AmpkitCallback()
+    logger = pl.loggers.CSVLogger(str(tmp_path), name="run", version=0)
+    settings = dict(
+        accelerator="cpu", max_steps=STEPS, log_every_n_steps=1, logger=logger,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )
+    settings.update(kwargs)
+    trainer = pl.Trainer(plugins=[precision], callbacks=[cb] if callback else [], **settings)
+    trainer.fit(module)
+    logger.save()
+    path = tmp_path / "run" / "version_0" / "metrics.csv"
+    rows = []
+    if path.exists():  # nothing logged, no file
+        with open(path) as f:
+            rows = [r for r in csv.DictReader(f) if r.get(SKIPPED_STEPS)]
+    return trainer, rows, cb
+
+
+def column(rows, key):
+    return [float(r[key]) for r in rows]
+
+
+def test_fp16_on_cpu_skips_exactly_the_injected_overflows(tmp_path):
+    injected = {1, 2, 4}  # batch indices = steps 2, 3, 5
+    precision = AmpkitPrecision("fp16", scaler=scaler())
+    trainer, rows, cb = fit(tmp_path, Module(injected), precision)
+    assert precision.policy.precision == "fp16" and precision.policy.device.type == "cpu"
+    assert trainer.precision == "16-mixed"
+    assert precision.stats.steps == STEPS and precision.stats.skipped_steps == len(injected)
+    assert column(rows, SKIPPED_STEPS) == [0, 1, 2, 2, 3, 3]
+    assert column(rows, LOSS_SCALE) == [INIT, INIT / 2, INIT / 4, INIT / 4, INIT / 8, INIT / 8]
+    assert cb.skipped_steps == 3 and cb.nonfinite_step is None  # the losses stayed finite
+
+
+def test_fp16_matches_ampkit_mixed_precision_bitwise(tmp_path):
+    """The plugin's updates are those of the hand-written MixedPrecision loop."""
+    module = Module({2})
+    fit(tmp_path, module, AmpkitPrecision("fp16", scaler=scaler()), callback=False)
+    model = Module({2})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ampkit.MixedPrecision("fp16", "cpu", scaler=scaler()) as mp:
+        for index, batch in enumerate(data()):
+            with mp.autocast():
+                loss = model.loss(batch, index)
+            mp.backward(loss)
+            mp.step(optimizer)
+    assert mp.stats.skipped_steps == 1
+    for a, b in zip(module.parameters(), model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_bf16_runs_without_a_scaler(tmp_path):
+    precision = AmpkitPrecision("bf16")
+    trainer, rows, cb = fit(tmp_path, Module(), precision)
+    assert trainer.precision == "bf16-mixed" and not precision.scaler.is_enabled()
+    assert column(rows, SKIPPED_STEPS) == [0] * STEPS
+    assert all(not r.get(LOSS_SCALE) for r in rows)
+    assert precision.stats.steps == STEPS
+
+
+def test_manual_optimization(tmp_path):
+    precision = AmpkitPrecision("fp16", scaler=scaler())
+    _, rows, _ = fit(tmp_path, Module({0, 3}, manual=True), precision)
+    assert column(rows, SKIPPED_STEPS) == [1, 1, 1, 2, 2, 2]
+    assert precision.stats.steps == STEPS
+
+
+def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
+    """Two micro-batches per step; an overflow in either skips that step once."""
+    precision = AmpkitPrecision("fp16", scaler=scaler())
+    module = Module({1, 2, 3})  # micro-batches of steps 1, 2, 2 -> steps 1 and 2 skip
+    _, rows, _ = fit(tmp_path, module, precision, max_steps=3, accumulate_grad_batches=2)
+    assert precision.stats.steps == 3 and precision.stats.skipped_steps == 2
+    assert column(rows, SKIPPED_STEPS) == [1, 2, 2]
+    assert column(rows, LOSS_SCALE) == [INIT / 2, INIT / 4, INIT / 4]
+
+
+def test_collapsed_scale_is_a_typed_error(tmp_path):
+    scaler = ampkit.LossScaler(init_scale=4.0, min_scale=1.0, max_skips_at_min_scale=2)
+    with pytest.raises(NonFiniteTrainingError):
+        fit(tmp_path, Module(set(range(STEPS))), AmpkitPrecision("fp16", scaler=scaler))
+
+
+def test_nonfinite_loss_names_the_module(tmp_path):
+    module = Module()
+    with torch.no_grad():
+        module.net[2].weight[0, 3] = math.nan
+    cb = AmpkitCallback(trace_nonfinite=True)
+    trainer = pl.Trainer(
+        plugins=[AmpkitPrecision("bf16")], callbacks=[cb], accelerator="cpu", max_steps=2,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, log_every_n_steps=1,
+    )
+    trainer.fit(module)
+    assert cb.nonfinite_step == 1
+    assert cb.first.module == "net.2" and cb.first.phase == "forward"
+
+
+@pytest.mark.filterwarnings("ignore:update_compensation='none':ampkit.errors.PrecisionWarning")
+def test_bf16_true_logs_lost_updates(tmp_path):
+    """bf16 weights: with lr 1e-7 plain rounding loses (nearly) every update; Kahan keeps them."""
+    lost = {}
+    for compensation in ("none", "kahan"):
+        precision = AmpkitPrecision("bf16-true", update_compensation=compensation)
+        module = Module(lr=1e-7)
+        _, rows, _ = fit(tmp_path / compensation, module, precision, max_steps=2)
+        assert module.net[0].weight.dtype == torch.bfloat16
+        assert precision.precision == "bf16-true"
+        lost[compensation] = column(rows, LOST_UPDATES)
+    assert all(v > 0.9 for v in lost["none"]), lost
+    assert all(v < 0.05 for v in lost["kahan"]), lost
+
+
+def test_keep_fp32_runs_the_island_in_fp32(tmp_path):
+    for keep, expected in ((["net.2"], torch.float32), (None, torch.bfloat16)):
+        seen = {}
+        module = Module()
+        module.net[2].register_forward_hook(lambda m, a, out: seen.update(dtype=out.dtype))
+        precision = AmpkitPrecision("bf16", keep_fp32=keep)
+        fit(tmp_path / str(keep), module, precision, max_steps=1, callback=False)
+        assert seen["dtype"] == expected
+
+
+def test_unsupported_precision_and_options_are_refused():
+    with pytest.raises(ConfigurationError, match="precision"):
+        AmpkitPrecision("fp17")
+    with pytest.raises(ConfigurationError, match="scaler"):
+        AmpkitPrecision("bf16", scaler=ampkit.LossScaler())
