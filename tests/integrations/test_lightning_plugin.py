@@ -12,7 +12,8 @@ import torch
 from torch import nn
 
 pl = pytest.importorskip(
-    "lightning.pytorch", reason="the Lightning tests need lightning: pip install 'ampkit[lightning]'"
+    "lightning.pytorch",
+    reason="the Lightning tests need lightning: pip install 'ampkit[lightning]'",
 )
 
 import ampkit  # noqa: E402
@@ -76,13 +77,18 @@ class Module(pl.LightningModule):
         return data()
 
 
-def fit(tmp_path, module, precision, *, callback=True, **kwargs):
+def fit(tmp_path, module, precision, *, callback=True, cb=None, **kwargs):
     """Train on the CPU; returns (CSV rows of the logged steps, the callback)."""
-    cb = AmpkitCallback()
+    cb = cb or AmpkitCallback()
     logger = pl.loggers.CSVLogger(str(tmp_path), name="run", version=0)
     settings = dict(
-        accelerator="cpu", max_steps=STEPS, log_every_n_steps=1, logger=logger,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu",
+        max_steps=STEPS,
+        log_every_n_steps=1,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     settings.update(kwargs)
     trainer = pl.Trainer(plugins=[precision], callbacks=[cb] if callback else [], **settings)
@@ -166,14 +172,10 @@ def test_nonfinite_loss_names_the_module(tmp_path):
     with torch.no_grad():
         module.net[2].weight[0, 3] = math.nan
     cb = AmpkitCallback(trace_nonfinite=True)
-    trainer = pl.Trainer(
-        plugins=[AmpkitPrecision("bf16")], callbacks=[cb], accelerator="cpu", max_steps=2,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, log_every_n_steps=1,
-    )
-    trainer.fit(module)
+    _, rows, _ = fit(tmp_path, module, AmpkitPrecision("bf16"), cb=cb, max_steps=3)
     assert cb.nonfinite_step == 1
     assert cb.first.module == "net.2" and cb.first.phase == "forward"
+    assert column(rows, NONFINITE_STEP) == [1, 1, 1]
 
 
 @pytest.mark.filterwarnings("ignore:update_compensation='none':ampkit.errors.PrecisionWarning")
@@ -193,9 +195,11 @@ def test_bf16_true_logs_lost_updates(tmp_path):
 
 def test_keep_fp32_runs_the_island_in_fp32(tmp_path):
     for keep, expected in ((["net.2"], torch.float32), (None, torch.bfloat16)):
-        seen = {}
+        seen: dict[str, torch.dtype] = {}
         module = Module()
-        module.net[2].register_forward_hook(lambda m, a, out: seen.update(dtype=out.dtype))
+        module.net[2].register_forward_hook(
+            lambda m, a, out, seen=seen: seen.update(dtype=out.dtype)
+        )
         precision = AmpkitPrecision("bf16", keep_fp32=keep)
         fit(tmp_path / str(keep), module, precision, max_steps=1, callback=False)
         assert seen["dtype"] == expected
