@@ -49,16 +49,19 @@ class Module(pl.LightningModule):
     """A regression; ``overflow`` holds the batch indices whose loss is multiplied by 1e30
     (finite in fp32, but its fp16 gradients overflow)."""
 
-    def __init__(self, overflow: set[int] = frozenset(), manual: bool = False, lr=0.1) -> None:
+    def __init__(
+        self, overflow: set[int] = frozenset(), manual: bool = False, lr=0.1, rank=None
+    ) -> None:
         super().__init__()
         self.net = net()
-        self.overflow, self.lr = set(overflow), lr
+        self.overflow, self.lr, self.rank = set(overflow), lr, rank
         self.automatic_optimization = not manual
 
     def loss(self, batch, batch_idx):
         x, y = batch
         loss = nn.functional.mse_loss(self.net(x).float(), y)
-        return loss * 1e30 if batch_idx in self.overflow else loss
+        here = self.rank is None or self.rank == self.global_rank
+        return loss * 1e30 if here and batch_idx in self.overflow else loss
 
     def training_step(self, batch, batch_idx):
         loss = self.loss(batch, batch_idx)
@@ -92,8 +95,7 @@ def fit(tmp_path, module, precision, *, callback=True, cb=None, **kwargs):
     )
     settings.update(kwargs)
     trainer = pl.Trainer(plugins=[precision], callbacks=[cb] if callback else [], **settings)
-    trainer.fit(module)
-    logger.save()
+    trainer.fit(module)  # the logger writes metrics.csv when training ends
     path = tmp_path / "run" / "version_0" / "metrics.csv"
     rows = []
     if path.exists():  # nothing logged, no file
@@ -210,3 +212,41 @@ def test_unsupported_precision_and_options_are_refused():
         AmpkitPrecision("fp17")
     with pytest.raises(ConfigurationError, match="scaler"):
         AmpkitPrecision("bf16", scaler=ampkit.LossScaler())
+
+
+def test_callback_counts_skips_of_lightnings_own_gradscaler(tmp_path):
+    """Lightning's own fp16 plugin (forced onto the CPU with a CPU GradScaler): the callback
+    counts its skipped steps from the scale, on the device."""
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    plugin = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=INIT))
+    _, rows, cb = fit(tmp_path, Module({1, 2, 4}), plugin)
+    assert column(rows, SKIPPED_STEPS) == [0, 1, 2, 2, 3, 3]
+    assert column(rows, LOSS_SCALE) == [INIT, INIT / 2, INIT / 4, INIT / 4, INIT / 8, INIT / 8]
+    assert cb.skipped_steps == 3
+
+
+def test_scaler_state_is_in_lightning_checkpoints(tmp_path):
+    precision = AmpkitPrecision("fp16", scaler=scaler())
+    trainer, _, _ = fit(tmp_path, Module({0}), precision, max_steps=2)
+    path = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(path)
+    state = torch.load(path, weights_only=False)["AmpkitPrecision"]
+    assert state["scale"] == INIT / 2
+    restored = AmpkitPrecision("fp16", scaler=scaler())
+    restored.load_state_dict(state)
+    assert restored.stats.scale == INIT / 2
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_ddp_one_rank_overflowing_skips_the_step_on_every_rank(tmp_path):
+    """Two CPU processes (gloo); only rank 1 overflows, yet both skip: the LossScaler
+    all-reduces its decision, so the replicas stay equal."""
+    precision = AmpkitPrecision("fp16", scaler=scaler())
+    module = Module({1, 4}, rank=1)
+    _, rows, _ = fit(
+        tmp_path, module, precision, strategy="ddp_spawn", devices=2, max_steps=STEPS // 2
+    )
+    assert column(rows, SKIPPED_STEPS) == [0, 1, 1]
+    assert column(rows, LOSS_SCALE) == [INIT, INIT / 2, INIT / 2]
