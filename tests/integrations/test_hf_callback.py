@@ -183,7 +183,7 @@ def test_doctor_on_start_logs_its_recommendation_and_changes_nothing(tmp_path, c
     assert [row["loss"] for row in lines] == control[:2]  # weights, gradients, RNG restored
 
 
-def test_gradient_accumulation_counts_optimizer_steps(tmp_path):
+def test_gradient_accumulation_names_the_module_of_the_micro_batch(tmp_path):
     model = gpt2()
     with torch.no_grad():
         model.transformer.h[0].attn.c_proj.weight[1, 2] = math.inf

@@ -24,8 +24,9 @@ Each training log line (``trainer.state.log_history`` and every ``report_to`` ba
 
 The first inf/NaN loss is traced without a cost on healthy steps: the callback keeps a
 reference to each micro-batch's inputs and loss, and checks the loss for inf/NaN after each
-micro-batch (one host read, which the Trainer's ``logging_nan_inf_filter``, on by default,
-has already paid for). At the first inf/NaN loss, before the optimizer step changes any weight,
+micro-batch: one host read, right after the Trainer's own read of the same loss for
+``logging_nan_inf_filter`` (on by default), so it waits at most for the kernels queued in
+between (gradient clipping). At the first inf/NaN loss, before the optimizer step changes any weight,
 it runs that micro-batch once more under :func:`ampkit.detect_nonfinite` (forward, and backward
 with ``torch.autograd.grad`` so no ``.grad`` and no DDP hook is touched, with the autocast and
 loss scale of the real step and the random state restored afterwards), names the module that
@@ -286,7 +287,7 @@ class AmpkitCallback(_TrainerCallback):
         loss = self._loss
         if self._traced or loss is None:
             return
-        if bool(torch.isfinite(loss).all()):  # the Trainer's nan filter read it already
+        if bool(torch.isfinite(loss).all()):  # the Trainer's nan filter has just read it too
             return
         self._traced = True
         self.nonfinite_step = state.global_step + 1
