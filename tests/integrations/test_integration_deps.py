@@ -35,3 +35,14 @@ def test_the_package_imports_no_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_bad_arguments_are_refused():
+    pytest.importorskip("transformers")
+    from ampkit.errors import ConfigurationError
+    from ampkit.integrations.transformers import AmpkitCallback
+
+    with pytest.raises(ConfigurationError, match="doctor_on_start='yes' is invalid"):
+        AmpkitCallback(doctor_on_start="yes")
+    with pytest.raises(ConfigurationError, match="not a transformers.Trainer"):
+        AmpkitCallback.attach(object())

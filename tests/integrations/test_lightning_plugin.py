@@ -55,6 +55,7 @@ class Module(pl.LightningModule):
         super().__init__()
         self.net = net()
         self.overflow, self.lr, self.rank = set(overflow), lr, rank
+        self.schedule = False
         self.automatic_optimization = not manual
 
     def loss(self, batch, batch_idx):
@@ -74,7 +75,11 @@ class Module(pl.LightningModule):
         return None
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=self.lr)
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+        if not self.schedule:
+            return optimizer
+        halve = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": halve, "interval": "step"}}
 
     def train_dataloader(self):
         return data()
@@ -250,3 +255,13 @@ def test_ddp_one_rank_overflowing_skips_the_step_on_every_rank(tmp_path):
     )
     assert column(rows, SKIPPED_STEPS) == [0, 1, 1]
     assert column(rows, LOSS_SCALE) == [INIT, INIT / 2, INIT / 2]
+
+
+def test_bf16_true_optimizer_follows_the_lr_scheduler(tmp_path):
+    precision = AmpkitPrecision("bf16-true")
+    module = Module(lr=0.1)
+    module.schedule = True
+    trainer, _, _ = fit(tmp_path, module, precision, max_steps=3, callback=False)
+    (optimizer,) = trainer.optimizers
+    assert type(optimizer).__name__ == "CompensatedOptimizer"
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.1 / 8)

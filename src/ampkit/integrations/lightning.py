@@ -163,9 +163,8 @@ class AmpkitPrecision(_Precision):
         for optimizer in optimizers:
             validate_param_dtypes(optimizer, self.mp.policy)
             wrapped.append(self.mp.prepare_optimizer(optimizer))
-        if self.mp.policy.precision == "bf16-true" and wrapped:
-            for config in lr_schedulers:  # the schedulers step the wrapper's shared groups
-                config.scheduler.optimizer = wrapped[optimizers.index(config.scheduler.optimizer)]
+        # LR schedulers keep the optimizer they were built on: a CompensatedOptimizer shares
+        # its param_groups, so their learning rates reach the wrapper's steps.
         if not self._session:
             self.mp.__enter__()  # TF32 as the policy says, restored at teardown
             self._session = True
@@ -272,6 +271,11 @@ class AmpkitCallback(_Callback):
     """
 
     def __init__(self, *, trace_nonfinite: bool = False) -> None:
+        if not isinstance(trace_nonfinite, bool):
+            raise ConfigurationError(
+                f"AmpkitCallback: trace_nonfinite={trace_nonfinite!r} is invalid. Use True or "
+                "False."
+            )
         self.trace_nonfinite = trace_nonfinite
         self.skipped_steps = 0
         self.first: Any = None

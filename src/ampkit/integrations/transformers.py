@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.errors import PrecisionWarning
+from ampkit.errors import ConfigurationError, PrecisionWarning
 from ampkit.integrations import (
     DOCTOR_PRECISION,
     LOSS_SCALE,
@@ -92,6 +92,9 @@ class AmpkitCallback(_TrainerCallback):
             recommendation: ``ampkit/doctor_precision`` in the log history, and the report
             in :attr:`report`.
 
+    Raises:
+        ConfigurationError: an argument is not a bool.
+
     Attributes:
         skipped_steps: optimizer steps skipped so far (inf/NaN gradients under fp16).
         first: the :class:`~ampkit.NumericsFinding` of the first inf/NaN, or None.
@@ -109,6 +112,15 @@ class AmpkitCallback(_TrainerCallback):
         lost_updates: bool = True,
         doctor_on_start: bool = False,
     ) -> None:
+        for name, value in [
+            ("trace_nonfinite", trace_nonfinite),
+            ("lost_updates", lost_updates),
+            ("doctor_on_start", doctor_on_start),
+        ]:
+            if not isinstance(value, bool):
+                raise ConfigurationError(
+                    f"AmpkitCallback: {name}={value!r} is invalid. Use True or False."
+                )
         self.trace_nonfinite = trace_nonfinite
         self.measure_lost_updates = lost_updates
         self.doctor_on_start = doctor_on_start
@@ -144,9 +156,20 @@ class AmpkitCallback(_TrainerCallback):
         Args:
             trainer: a ``transformers.Trainer``.
             **kwargs: the callback's arguments.
+
+        Raises:
+            ConfigurationError: ``trainer`` is not a ``transformers.Trainer``, or an argument is
+                not a bool.
         """
+        callbacks = getattr(getattr(trainer, "callback_handler", None), "callbacks", None)
+        if not isinstance(callbacks, list):
+            raise ConfigurationError(
+                f"AmpkitCallback.attach: trainer is a {type(trainer).__name__}, not a "
+                "transformers.Trainer. Pass the Trainer, or add AmpkitCallback() to the "
+                "callbacks of yours."
+            )
         callback = cls(**kwargs)
-        trainer.callback_handler.callbacks.insert(0, callback)
+        callbacks.insert(0, callback)
         return callback
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
