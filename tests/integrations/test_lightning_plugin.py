@@ -56,6 +56,7 @@ class Module(pl.LightningModule):
         self.net = net()
         self.overflow, self.lr, self.rank = set(overflow), lr, rank
         self.schedule = False
+        self.grad_inf: tuple[int | None, set[int]] = (None, set())
         self.automatic_optimization = not manual
 
     def loss(self, batch, batch_idx):
@@ -65,6 +66,7 @@ class Module(pl.LightningModule):
         return loss * 1e30 if here and batch_idx in self.overflow else loss
 
     def training_step(self, batch, batch_idx):
+        self.batch_idx = batch_idx
         loss = self.loss(batch, batch_idx)
         if self.automatic_optimization:
             return loss
@@ -73,6 +75,13 @@ class Module(pl.LightningModule):
         self.manual_backward(loss)
         opt.step()
         return None
+
+    def on_after_backward(self):
+        """``grad_inf``: (rank, batch indices) whose gradient turns inf after DDP's all-reduce,
+        on that rank only."""
+        rank, steps = self.grad_inf
+        if rank == self.global_rank and self.batch_idx in steps:
+            self.net[0].weight.grad[0, 0] = math.inf
 
     def configure_optimizers(self):
         optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
@@ -99,7 +108,10 @@ def fit(tmp_path, module, precision, *, callback=True, cb=None, **kwargs):
         enable_model_summary=False,
     )
     settings.update(kwargs)
-    trainer = pl.Trainer(plugins=[precision], callbacks=[cb] if callback else [], **settings)
+    extra = settings.pop("callbacks", [])
+    trainer = pl.Trainer(
+        plugins=[precision], callbacks=([cb] if callback else []) + extra, **settings
+    )
     trainer.fit(module)  # the logger writes metrics.csv when training ends
     path = tmp_path / "run" / "version_0" / "metrics.csv"
     rows = []
@@ -243,18 +255,38 @@ def test_scaler_state_is_in_lightning_checkpoints(tmp_path):
     assert restored.stats.scale == INIT / 2
 
 
+class Weights(pl.Callback):
+    """Saves each rank's weights at the end (ddp_spawn runs training in child processes)."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+
+    def on_train_end(self, trainer, pl_module):
+        torch.save(pl_module.state_dict(), self.out / f"rank{trainer.global_rank}.pt")
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_one_rank_overflowing_skips_the_step_on_every_rank(tmp_path):
-    """Two CPU processes (gloo); only rank 1 overflows, yet both skip: the LossScaler
-    all-reduces its decision, so the replicas stay equal."""
+    """Two CPU processes (gloo); only rank 1's gradient is inf, after the all-reduce, yet both
+    skip (rank 0 logs it): the LossScaler all-reduces its decision, so the replicas stay equal."""
     precision = AmpkitPrecision("fp16", scaler=scaler())
-    module = Module({1, 4}, rank=1)
+    module = Module()
+    module.grad_inf = (1, {1})
     _, rows, _ = fit(
-        tmp_path, module, precision, strategy="ddp_spawn", devices=2, max_steps=STEPS // 2
+        tmp_path,
+        module,
+        precision,
+        strategy="ddp_spawn",
+        devices=2,
+        max_steps=STEPS // 2,
+        callbacks=[Weights(tmp_path)],
     )
-    assert column(rows, SKIPPED_STEPS) == [0, 1, 1]
+    assert column(rows, SKIPPED_STEPS) == [0, 1, 1]  # rank 0's own gradients were finite
     assert column(rows, LOSS_SCALE) == [INIT, INIT / 2, INIT / 2]
+    rank0, rank1 = (torch.load(tmp_path / f"rank{r}.pt") for r in range(2))
+    for key in rank0:
+        assert torch.equal(rank0[key], rank1[key]), key
 
 
 def test_bf16_true_optimizer_follows_the_lr_scheduler(tmp_path):
