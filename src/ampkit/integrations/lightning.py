@@ -310,11 +310,12 @@ class AmpkitCallback(_Callback):
     def on_before_backward(self, trainer: Any, pl_module: Any, loss: torch.Tensor) -> None:
         if self.nonfinite_step is not None:
             return
-        step = torch.tensor(trainer.global_step + 1, device=loss.device)
+        # all on the device, the step a Python scalar (a kernel argument, not a copy): no sync
         bad = ~torch.isfinite(loss.detach()).all()
         if self._first_bad is None:
             self._first_bad = torch.full((), -1, dtype=torch.int64, device=loss.device)
-        self._first_bad = torch.where(bad & (self._first_bad < 0), step, self._first_bad)
+        first_bad = self._first_bad
+        self._first_bad = torch.where(bad & (first_bad < 0), trainer.global_step + 1, first_bad)
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         plugin = trainer.precision_plugin
