@@ -80,6 +80,7 @@ class AmpkitPrecision(_Precision):
     Attributes:
         mp: the :class:`~ampkit.MixedPrecision` holding the policy and the scaler.
         precision: Lightning's name of the precision (``"16-mixed"`` for fp16, ...).
+        last_step_skipped: whether the last optimizer step was skipped (inf/NaN gradients).
 
     Raises:
         ConfigurationError: an unknown precision, fp8 (use ampkit's Trainer), or an option that
@@ -108,6 +109,7 @@ class AmpkitPrecision(_Precision):
         self._session = False
         self.mp = self._engine(device)
         self.last_step_skipped = False
+        self._wants_lost_updates = False  # AmpkitCallback sets it on the steps it logs
 
     def _engine(self, device: torch.device | str | None) -> Any:
         from ampkit.precision.engine import MixedPrecision
@@ -232,8 +234,6 @@ class AmpkitPrecision(_Precision):
         scaler.update()
         self.last_step_skipped = not stepped
         return result
-
-    _wants_lost_updates = False  # set by AmpkitCallback on logged steps
 
     # -- checkpoints -----------------------------------------------------------------------
 
