@@ -253,3 +253,37 @@ def test_fp16_on_cuda_counts_skipped_steps_and_reads_the_scale(tmp_path):
         2.0**13,
         2.0**13,
     ]
+
+
+def test_a_report_to_backend_gets_the_keys(tmp_path, monkeypatch):
+    """report_to="mlflow": the Trainer's own MLflowCallback sends the keys (read back with
+    MLflow's client); added with callbacks=[...] instead of attach, it would send none."""
+    mlflow = pytest.importorskip("mlflow", reason="pip install 'ampkit[mlflow]'")
+    for name, attach in (("attached", True), ("appended", False)):
+        store = (tmp_path / name / "mlruns").resolve()
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", store.as_uri())
+        monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "hf")
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / name / "out"),
+            use_cpu=True,
+            bf16=True,
+            max_steps=2,
+            logging_steps=1,
+            report_to="mlflow",
+            save_strategy="no",
+            per_device_train_batch_size=4,
+            disable_tqdm=True,
+        )
+        callbacks = [] if attach else [AmpkitCallback()]
+        trainer = transformers.Trainer(
+            model=gpt2(), args=args, train_dataset=dataset(), callbacks=callbacks
+        )
+        if attach:
+            AmpkitCallback.attach(trainer)
+        trainer.train()
+        assert all(SKIPPED_STEPS in row for row in train_lines(trainer))  # the history has it
+        client = mlflow.tracking.MlflowClient(tracking_uri=store.as_uri())
+        (run,) = client.search_runs([client.get_experiment_by_name("hf").experiment_id])
+        history = client.get_metric_history(run.info.run_id, SKIPPED_STEPS)
+        assert [(m.step, m.value) for m in history] == ([(1, 0.0), (2, 0.0)] if attach else [])
