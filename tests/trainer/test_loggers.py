@@ -30,6 +30,16 @@ def dataset(n: int = 64) -> torch.utils.data.TensorDataset:
     )
 
 
+def logging_options(metrics_file: Path) -> dict:
+    """Log every 2 steps to ``metrics_file``, no bar: a LoggingConfig where the Trainer takes
+    one (its grouped settings), else the flat arguments of the Trainer before them."""
+    try:
+        from ampkit.trainer import LoggingConfig
+    except ImportError:
+        return dict(log_every=2, metrics_file=metrics_file, progress_bar=False)
+    return dict(logging=LoggingConfig(log_every=2, metrics_file=metrics_file, progress_bar=False))
+
+
 def fit(tmp_path: Path, *callbacks: Callback, **kwargs) -> list[dict]:
     """Train a small MLP on the CPU; return the rows of its metrics.jsonl."""
     torch.manual_seed(0)
@@ -40,11 +50,9 @@ def fit(tmp_path: Path, *callbacks: Callback, **kwargs) -> list[dict]:
         precision="fp32",
         device="cpu",
         batch_size=8,
-        log_every=2,
         max_grad_norm=1.0,
-        metrics_file=tmp_path / "metrics.jsonl",
         callbacks=list(callbacks),
-        progress_bar=False,
+        **logging_options(tmp_path / "metrics.jsonl"),
     )
     options.update(kwargs)
     Trainer(model, torch.optim.AdamW(model.parameters(), lr=1e-2), **options).fit(dataset())

@@ -86,7 +86,7 @@ class _Tracker(Callback):
             self._active = False
             warnings.warn(
                 f"{self.name}: {what} failed ({self.failed}); nothing more is sent to it in "
-                "this run, and training goes on. metrics.jsonl (metrics_file=) keeps every row.",
+                "this run, and training goes on (metrics.jsonl, when written, keeps every row).",
                 RuntimeWarning,
                 stacklevel=2,
             )
