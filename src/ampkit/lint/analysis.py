@@ -186,6 +186,12 @@ class FileAnalysis:
             builder.build(fn.body, fn)
             self.units.append(Unit(fn, builder, cls, group))
 
+    @property
+    def framework_evidence(self) -> dict[str, set[str]]:
+        """What the framework constructors seen say about loss scaling (see
+        :mod:`ampkit.lint.frameworks`)."""
+        return self.facts.framework_evidence
+
     def of_type(self, *kinds: type) -> list[ast.AST]:
         """The nodes of the given ast types (in no particular order)."""
         return [n for kind in kinds for n in self.facts.by_type.get(kind, ())]

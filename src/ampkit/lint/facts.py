@@ -12,6 +12,12 @@ import ast
 import re
 from collections import defaultdict
 
+from ampkit.lint.frameworks import (
+    CLIP_METHODS,
+    framework_of_ctor,
+    framework_of_name,
+    precision_evidence,
+)
 from ampkit.lint.names import (
     SCALER_APIS,
     AutocastInfo,
@@ -31,7 +37,7 @@ CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
 #: (``step``/``update`` only count on scaler- or optimizer-like objects).
 INTERESTING_ATTRS = frozenset(
     {"backward", "manual_backward", "scale", "unscale_", "zero_grad", "clip_grad_norm_",
-     "clip_grad_value_"}
+     "clip_grad_value_", "clip_gradients"}
 )  # fmt: skip
 
 #: Other method names that make events (casts, checkpoints) without making a callee worth
@@ -69,6 +75,10 @@ class FileFacts:
         self.autocast_vars: dict[str, AutocastInfo] = {}
         self.assignments: dict[str, list[ast.expr]] = defaultdict(list)
         self.functions: dict[str, FunctionNode] = {}
+        #: key -> the framework the object belongs to (``fabric = Fabric(...)``)
+        self.framework_keys: dict[str, str] = {}
+        #: framework family -> what its constructors here show about loss scaling
+        self.framework_evidence: dict[str, set[str]] = defaultdict(set)
         self.any_scaler_update = False
         self.any_scaler = False
         self.scaler_named = False
@@ -163,6 +173,13 @@ class FileFacts:
 
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, ast.Call) and target.elts:
+                framework = framework_of_ctor(self.imports.qualname(value.func))
+                if framework == "deepspeed":
+                    # ``engine, optimizer, _, _ = deepspeed.initialize(...)``
+                    first = dotted_key(target.elts[0])
+                    if first is not None:
+                        self.framework_keys[first] = framework
             for elt in target.elts:
                 self._bind(elt, value)
             return
@@ -180,6 +197,9 @@ class FileFacts:
         if isinstance(value, ast.Call):
             qual = self.imports.qualname(value.func) or ""
             name = value.func.attr if isinstance(value.func, ast.Attribute) else qual
+            framework = framework_of_ctor(qual)
+            if framework is not None and framework != "deepspeed":
+                self.framework_keys[key] = framework
             if (
                 qual.startswith("torch.optim.") and not _SCHEDULERS.search(qual)
             ) or "optimizer" in name.lower():
@@ -191,6 +211,9 @@ class FileFacts:
         func = call.func
         if self.resolver.scaler_ctor(call) is not None:
             self.any_scaler = True
+        evidence = precision_evidence(call, self.imports)
+        if evidence is not None:
+            self.framework_evidence[evidence[0]].add(evidence[1])
         if not isinstance(func, ast.Attribute):
             return
         obj = dotted_key(func.value)
@@ -224,7 +247,9 @@ class FileFacts:
             return True, True, name
         if name in ("step", "update") and isinstance(func, ast.Attribute):
             obj = dotted_key(func.value)
-            if self.is_scaler(obj) or (name == "step" and self.is_optimizer(obj)):
+            if self.is_scaler(obj) or (
+                name == "step" and (self.is_optimizer(obj) or self.framework_of(obj) == "deepspeed")
+            ):
                 return True, True, name
         if name in _EVENT_ATTRS and isinstance(func, ast.Attribute):
             return False, True, name
@@ -277,6 +302,20 @@ class FileFacts:
     def is_optimizer(self, key: str | None) -> bool:
         """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
         return key is not None and (key in self.optimizer_keys or is_optimizer_name(key))
+
+    def framework_of(self, key: str | None) -> str | None:
+        """The framework ``key`` holds an object of (built here, or named after it)."""
+        if key is None:
+            return None
+        return self.framework_keys.get(key) or framework_of_name(key)
+
+    def framework_clip(self, key: str | None, attr: str) -> bool:
+        """Whether ``key.attr(...)`` is a framework's gradient clipping
+        (``self.clip_gradients``, ``fabric.clip_gradients``, ``accelerator.clip_grad_norm_``)."""
+        if key == "self":
+            return attr in CLIP_METHODS["lightning"]
+        framework = self.framework_of(key)
+        return framework is not None and attr in CLIP_METHODS.get(framework, ())
 
     def is_scaled_call(self, node: ast.expr) -> bool:
         """Whether ``node`` contains a ``scaler.scale(...)`` call."""

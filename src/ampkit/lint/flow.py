@@ -257,7 +257,11 @@ class FlowBuilder:
         elif attr == "backward":
             self._backward(call, recv, obj, ctx)
         elif attr == "manual_backward":
-            self._emit("backward", call, ctx, obj=obj, framework=True)
+            self._emit(
+                "backward", call, ctx, obj=obj, framework=True, extra={"framework": "lightning"}
+            )
+        elif facts.framework_clip(obj, attr):
+            self._emit("clip", call, ctx, obj=obj, framework=True)
         elif attr == "scale" and facts.is_scaler(obj):
             event = self._emit("scale", call, ctx, obj=obj, target=target)
             self._scale_by_call[id(call)] = event
@@ -265,6 +269,8 @@ class FlowBuilder:
             self._emit("scaler_step", call, ctx, obj=obj, arg=arg)
         elif attr == "step" and not call.args and facts.is_optimizer(obj):
             self._emit("opt_step", call, ctx, obj=obj)
+        elif attr == "step" and not call.args and facts.framework_of(obj) == "deepspeed":
+            self._emit("opt_step", call, ctx, obj=obj, framework=True)
         elif attr == "update" and facts.is_scaler(obj):
             self._emit("scaler_update", call, ctx, obj=obj)
         elif attr == "unscale_":
@@ -277,8 +283,31 @@ class FlowBuilder:
             self._cast(call, attr, obj, ctx, target, alone)
 
     def _backward(self, call: ast.Call, recv: ast.expr, obj: str | None, ctx: Context) -> None:
+        if call.args and self.facts.imports.qualname(call.func) == "torch.autograd.backward":
+            # ``torch.autograd.backward(loss)``: a plain backward of its first argument
+            loss = call.args[0]
+            scaled = self.facts.is_scaled(loss)
+            self._emit(
+                "backward",
+                call,
+                ctx,
+                obj=dotted_key(loss),
+                scaled=scaled,
+                loss=scaled_operand(loss) if scaled else loss,
+            )
+            return
         if call.args:
-            self._emit("backward", call, ctx, obj=obj, framework=True, loss=call.args[0])
+            # ``accelerator.backward(loss)``, ``fabric.backward(loss)``, ``engine.backward(loss)``
+            framework = self.facts.framework_of(obj)
+            self._emit(
+                "backward",
+                call,
+                ctx,
+                obj=obj,
+                framework=True,
+                loss=call.args[0],
+                extra={"framework": framework} if framework is not None else {},
+            )
             return
         feeding = []
         if self._scale_by_call:
