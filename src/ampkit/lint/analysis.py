@@ -192,6 +192,62 @@ class FileAnalysis:
         :mod:`ampkit.lint.frameworks`)."""
         return self.facts.framework_evidence
 
+    @property
+    def set_keywords(self) -> set[str]:
+        """Keyword names some call of the linted code passes a possibly true value."""
+        return self.facts.set_keywords
+
+    @property
+    def positional(self) -> dict[str, int]:
+        """Callee name -> the most positional arguments a call of the linted code passes it."""
+        return self.facts.positional
+
+    def flag_off(self, flag: ast.expr | None, node: ast.AST) -> bool:
+        """Whether ``flag`` (an ``enabled=`` written at ``node``) is provably false: a
+        parameter of the enclosing function that defaults to ``False``, is never rebound
+        there, and that no call of the linted code can set (by keyword, by position or
+        through ``*args``/``**kwargs``)."""
+        if not isinstance(flag, ast.Name):
+            return False
+        fn = self.facts.owner_of(node)
+        if fn is None:
+            return False
+        args = fn.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults: dict[str, ast.expr] = {
+            a.arg: d
+            for a, d in zip(
+                positional[len(positional) - len(args.defaults) :], args.defaults, strict=True
+            )
+        }
+        defaults.update(
+            {
+                a.arg: d
+                for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                if d is not None
+            }
+        )
+        default = defaults.get(flag.id)
+        if not (isinstance(default, ast.Constant) and default.value is False):
+            return False
+        for sub in ast.walk(fn):
+            if (
+                isinstance(sub, ast.Name)
+                and sub.id == flag.id
+                and not isinstance(sub.ctx, ast.Load)
+            ):
+                return False
+        if flag.id in self.set_keywords:
+            return False
+        names = [a.arg for a in positional]
+        if flag.id in names:
+            index = names.index(flag.id)
+            if names and names[0] in ("self", "cls"):
+                index -= 1
+            if self.positional.get(fn.name, -1) > index:
+                return False
+        return True
+
     def of_type(self, *kinds: type) -> list[ast.AST]:
         """The nodes of the given ast types (in no particular order)."""
         return [n for kind in kinds for n in self.facts.by_type.get(kind, ())]

@@ -29,7 +29,7 @@ from ampkit.lint.names import (
 )
 from ampkit.lint.walk import FunctionNode, Walk
 
-__all__ = ["CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
+__all__ = ["ANY_ARGS", "CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
 
 CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
 
@@ -46,6 +46,9 @@ _EVENT_ATTRS = frozenset({"half", "bfloat16", "float", "to", "type", "state_dict
 
 
 _SCHEDULERS = re.compile(r"lr_scheduler|swa_utils")
+
+#: :attr:`FileFacts.positional` of a call with ``*args`` or ``**kwargs`` (any parameter)
+ANY_ARGS = 1 << 20
 
 
 def _parse_annotation(text: str) -> ast.expr | None:
@@ -79,6 +82,15 @@ class FileFacts:
         self.framework_keys: dict[str, str] = {}
         #: framework family -> what its constructors here show about loss scaling
         self.framework_evidence: dict[str, set[str]] = defaultdict(set)
+        #: keyword names some call passes a value other than a literal False/None/0
+        self.set_keywords: set[str] = set()
+        #: callee name (last part) -> the most positional arguments a call passes it
+        #: (:data:`ANY_ARGS` with ``*args``/``**kwargs``)
+        self.positional: dict[str, int] = {}
+        self.scaler_ctors: list[ast.Call] = []
+        #: keys named like a scaler (``scaler``, ``self.grad_scaler``) that the file reads
+        self.scaler_uses: set[str] = set()
+        self._owner_of: dict[int, FunctionNode | None] | None = None
         self.any_scaler_update = False
         self.any_scaler = False
         self.scaler_named = False
@@ -170,6 +182,9 @@ class FileFacts:
                 and is_scaler_name(node.attr)
             ):
                 self.scaler_named = True
+                if self.imports.qualname(node) not in SCALER_APIS:
+                    key = dotted_key(node)
+                    self.scaler_uses.add(key if key is not None else "?")
 
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
@@ -211,6 +226,18 @@ class FileFacts:
         func = call.func
         if self.resolver.scaler_ctor(call) is not None:
             self.any_scaler = True
+            self.scaler_ctors.append(call)
+        count = len(call.args)
+        for kw in call.keywords:
+            if kw.arg is None:
+                count = ANY_ARGS
+            elif not (isinstance(kw.value, ast.Constant) and not kw.value.value):
+                self.set_keywords.add(kw.arg)
+        if any(isinstance(a, ast.Starred) for a in call.args):
+            count = ANY_ARGS
+        callee = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        if callee is not None and count > self.positional.get(callee, -1):
+            self.positional[callee] = count
         evidence = precision_evidence(call, self.imports)
         if evidence is not None:
             self.framework_evidence[evidence[0]].add(evidence[1])
@@ -302,6 +329,27 @@ class FileFacts:
     def is_optimizer(self, key: str | None) -> bool:
         """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
         return key is not None and (key in self.optimizer_keys or is_optimizer_name(key))
+
+    def scalers_all_disabled(self) -> bool:
+        """Whether every GradScaler of the file is built with a literal ``enabled=False`` and
+        every name that looks like a scaler holds one of them (none comes from elsewhere)."""
+        if not self.scaler_ctors or any(
+            self.resolver.scaler_enabled(c) != "no" for c in self.scaler_ctors
+        ):
+            return False
+        if any(ctor is None for ctor in self.scaler_keys.values()):
+            return False  # a parameter annotated as a scaler
+        for key in self.scaler_uses:
+            values = self.assignments.get(key)
+            if not values or any(self.resolver.scaler_ctor(v) is None for v in values):
+                return False
+        return True
+
+    def owner_of(self, node: ast.AST) -> FunctionNode | None:
+        """The innermost function ``node`` is written in (``None``: module level)."""
+        if self._owner_of is None:
+            self._owner_of = {id(n): o for n, o in zip(self.nodes, self.owners, strict=True)}
+        return self._owner_of.get(id(node))
 
     def framework_of(self, key: str | None) -> str | None:
         """The framework ``key`` holds an object of (built here, or named after it)."""

@@ -66,10 +66,18 @@ class FlowBuilder:
 
     def build(self, body: list[ast.stmt], owner: ast.AST | None = None) -> list[Event]:
         """Walk ``body`` (the unit's statements) and return its events in order."""
+        ctx = Context()
         if owner is not None:
             self._stack.append(owner)
-        self._block(body, Context())
+            if self._grad_off(owner):
+                ctx = replace(ctx, grad_free=True)
+        self._block(body, ctx)
         return self.events
+
+    def _grad_off(self, fn: ast.AST) -> bool:
+        """Whether ``fn`` is decorated ``@torch.no_grad()`` / ``@torch.inference_mode()``."""
+        decorators = getattr(fn, "decorator_list", ())
+        return any(self.facts.resolver.grad_mode(d) is False for d in decorators)
 
     def _test(self, test: ast.expr) -> TestInfo:
         info = self._tests.get(id(test))
@@ -160,9 +168,13 @@ class FlowBuilder:
         for item in stmt.items:
             if item.optional_vars is not None:
                 self._bind(bound_keys(item.optional_vars), ctx)
+            mode = self.facts.resolver.grad_mode(item.context_expr)
+            if mode is not None:
+                inner = replace(inner, grad_free=not mode)
             info = self._autocast_of(item.context_expr)
             if info is not None and not info.disabled:
-                self._emit("autocast", item.context_expr, ctx, extra={"info": info, "body": stmt})
+                where = replace(ctx, grad_free=inner.grad_free)
+                self._emit("autocast", item.context_expr, where, extra={"info": info, "body": stmt})
                 inner = replace(inner, autocast=info)
         self._block(stmt.body, inner)
 
@@ -371,7 +383,10 @@ class FlowBuilder:
             return
         self._inlines += 1
         self._stack.append(fn)
+        inner = replace(ctx, inlined=True, base=len(ctx.loops))
+        if self._grad_off(fn):
+            inner = replace(inner, grad_free=True)
         try:
-            self._block(fn.body, replace(ctx, inlined=True, base=len(ctx.loops)))
+            self._block(fn.body, inner)
         finally:
             self._stack.pop()

@@ -76,6 +76,16 @@ DTYPES: dict[str, str] = {
 #: Default autocast dtype of ``torch.autocast(device_type)`` per device.
 DEFAULT_DTYPE: dict[str, str] = {"cuda": FP16, "mps": FP16, "cpu": BF16, "xpu": BF16, "hpu": BF16}
 
+_GRAD_OFF = frozenset(
+    {
+        "torch.no_grad",
+        "torch.inference_mode",
+        "torch.autograd.no_grad",
+        "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.grad_mode.inference_mode",
+    }
+)
+
 _OLD = ("torch.cuda.amp", "torch.cpu.amp")
 _NEW_EXACT = frozenset({"torch.amp", "torch.autocast", "torch.GradScaler"})
 
@@ -171,6 +181,8 @@ class AutocastInfo:
     device: str | None
     dtype: str | None
     disabled: bool = False
+    #: the ``enabled=`` expression, ``None`` when not given
+    enabled: ast.expr | None = None
 
 
 def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
@@ -238,7 +250,7 @@ class Resolver:
             dtype = DEFAULT_DTYPE.get(device) if device else None
         else:
             dtype = self.dtype(dtype_node)
-        return AutocastInfo(node, api, device, dtype, self.is_false(enabled_node))
+        return AutocastInfo(node, api, device, dtype, self.is_false(enabled_node), enabled_node)
 
     def find_autocast(self, node: ast.AST) -> AutocastInfo | None:
         """The autocast inside an expression: a call, ``autocast() if amp else nullcontext()``,
@@ -265,6 +277,24 @@ class Resolver:
     def _is_partial(self, func: ast.expr) -> bool:
         name = self.imports.qualname(func)
         return name == "functools.partial" or (isinstance(func, ast.Name) and func.id == "partial")
+
+    def grad_mode(self, node: ast.AST) -> bool | None:
+        """``False`` for a context or decorator that turns gradients off (``torch.no_grad()``,
+        ``torch.inference_mode()``, ``torch.set_grad_enabled(False)``), ``True`` for
+        ``torch.enable_grad()``, ``None`` for anything else."""
+        call = node if isinstance(node, ast.Call) else None
+        name = self.imports.qualname(call.func if call is not None else node)
+        if name in _GRAD_OFF:
+            if call is not None and (call.args or call.keywords):
+                flag = self._follow(call.args[0] if call.args else call.keywords[0].value)
+                return False if isinstance(flag, ast.Constant) and flag.value is True else None
+            return False
+        if name == "torch.enable_grad":
+            return True
+        if name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled"):
+            if call is not None and call.args and self.is_false(call.args[0]):
+                return False
+        return None
 
     def scaler_ctor(self, node: ast.AST) -> ast.Call | None:
         """The GradScaler constructor call in ``node`` (also inside ``a if c else b``)."""

@@ -55,6 +55,13 @@ class FloatSixteenWithoutScaler(Rule):
     default is 32-bit; Accelerate and DeepSpeed, which are often configured outside the code,
     only when built with a literal non-float16 setting (``mixed_precision="no"``).
 
+    Only reachable fp16 training counts. Not reported: autocast inside ``torch.no_grad()`` /
+    ``torch.inference_mode()`` (or in a function decorated with them: a frozen backbone whose
+    features feed a head trained outside autocast), and autocast switched by
+    ``enabled=flag`` where ``flag`` is a parameter that defaults to ``False`` and that no call
+    in the linted code passes. A GradScaler built with a literal ``enabled=False`` scales
+    nothing, so it does not count as one.
+
     Bad::
 
         with torch.autocast("cuda", dtype=torch.float16):
@@ -81,17 +88,24 @@ class FloatSixteenWithoutScaler(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         facts = analysis.facts
-        if facts.any_scaler or facts.scaler_keys or facts.scaler_named:
+        disabled = facts.scalers_all_disabled()
+        if (facts.any_scaler or facts.scaler_keys or facts.scaler_named) and not disabled:
             return
         evidence = analysis.framework_evidence
         for unit in analysis.units:
-            if unit.of(*_SCALER_KINDS) or any(b.scaled for b in unit.of("backward")):
+            if not disabled and (
+                unit.of(*_SCALER_KINDS) or any(b.scaled for b in unit.of("backward"))
+            ):
                 continue
-            if not unit.of("opt_step") and not analysis.group_events(unit.group, "opt_step"):
+            steps = ("opt_step", "scaler_step") if disabled else ("opt_step",)
+            if not unit.of(*steps) and not analysis.group_events(unit.group, *steps):
                 continue  # a backward without an optimizer step is a gradient check, not training
             for a in unit.of("autocast"):
-                if _info(a).dtype != FP16:
-                    continue
+                info = _info(a)
+                if info.dtype != FP16 or a.ctx.grad_free:
+                    continue  # no fp16, or nothing under it is differentiated
+                if analysis.flag_off(info.enabled, a.node):
+                    continue  # ``enabled=use_amp`` where nothing sets use_amp
                 for b in unit.related(a, "backward"):
                     if b.order <= a.order or exclusive(a, b):
                         continue
@@ -108,6 +122,8 @@ class FloatSixteenWithoutScaler(Rule):
                     )
                     if isinstance(framework, str):
                         message += f"; {_FRAMEWORK_HINTS[framework]}"
+                    if disabled:
+                        message += "; every GradScaler here is built with enabled=False"
                     yield self.finding(analysis, a.node, message)
                     break
 
