@@ -27,9 +27,10 @@ from ampkit.lint.names import (
     is_optimizer_name,
     is_scaler_name,
 )
+from ampkit.lint.project import ProjectView, note_call, wrapper_of
 from ampkit.lint.walk import FunctionNode, Walk
 
-__all__ = ["ANY_ARGS", "CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
+__all__ = ["CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
 
 CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
 
@@ -47,9 +48,6 @@ _EVENT_ATTRS = frozenset({"half", "bfloat16", "float", "to", "type", "state_dict
 
 _SCHEDULERS = re.compile(r"lr_scheduler|swa_utils")
 
-#: :attr:`FileFacts.positional` of a call with ``*args`` or ``**kwargs`` (any parameter)
-ANY_ARGS = 1 << 20
-
 
 def _parse_annotation(text: str) -> ast.expr | None:
     """The expression of a string annotation (``"torch.amp.GradScaler"``), if it parses."""
@@ -62,7 +60,7 @@ def _parse_annotation(text: str) -> ast.expr | None:
 class FileFacts:
     """File-wide bindings used to classify calls (see the module docstring)."""
 
-    def __init__(self, tree: ast.Module, walk: Walk) -> None:
+    def __init__(self, tree: ast.Module, walk: Walk, project: ProjectView | None = None) -> None:
         self.nodes = walk.nodes
         self.owners = walk.owners
         #: statement id -> the calls in its own expressions, in evaluation order
@@ -85,7 +83,7 @@ class FileFacts:
         #: keyword names some call passes a value other than a literal False/None/0
         self.set_keywords: set[str] = set()
         #: callee name (last part) -> the most positional arguments a call passes it
-        #: (:data:`ANY_ARGS` with ``*args``/``**kwargs``)
+        #: (:data:`~ampkit.lint.project.ANY_ARGS` with ``*args``/``**kwargs``)
         self.positional: dict[str, int] = {}
         self.scaler_ctors: list[ast.Call] = []
         #: keys named like a scaler (``scaler``, ``self.grad_scaler``) that the file reads
@@ -101,7 +99,12 @@ class FileFacts:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[stmt.name] = stmt
         self._collect_constants()
-        self.resolver = Resolver(self.imports, self.constants)
+        self.project = project
+        self.resolver = Resolver(self.imports, self.constants, project)
+        for name, fn in self.functions.items():
+            wrapper = wrapper_of(fn, self.resolver)
+            if wrapper is not None:
+                self.resolver.wrappers[name] = wrapper
         self._collect_bindings()
 
     def of_type(self, *kinds: type) -> list[ast.AST]:
@@ -140,7 +143,12 @@ class FileFacts:
                 counts[node.arg] += 2
         for name, count in counts.items():
             value = values.get(name)
-            if count == 1 and isinstance(value, (ast.Constant, ast.Attribute, ast.Name)):
+            if count == 1 and (
+                isinstance(value, (ast.Constant, ast.Attribute, ast.Name, ast.IfExp))
+                or isinstance(value, ast.Subscript)
+                and isinstance(value.value, ast.Dict)
+            ):
+                # an ``a if c else b`` or ``{...}[key]`` is followed for the dtypes it may take
                 self.constants[name] = value
 
     def _collect_bindings(self) -> None:
@@ -227,17 +235,7 @@ class FileFacts:
         if self.resolver.scaler_ctor(call) is not None:
             self.any_scaler = True
             self.scaler_ctors.append(call)
-        count = len(call.args)
-        for kw in call.keywords:
-            if kw.arg is None:
-                count = ANY_ARGS
-            elif not (isinstance(kw.value, ast.Constant) and not kw.value.value):
-                self.set_keywords.add(kw.arg)
-        if any(isinstance(a, ast.Starred) for a in call.args):
-            count = ANY_ARGS
-        callee = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
-        if callee is not None and count > self.positional.get(callee, -1):
-            self.positional[callee] = count
+        note_call(call, self.set_keywords, self.positional)
         evidence = precision_evidence(call, self.imports)
         if evidence is not None:
             self.framework_evidence[evidence[0]].add(evidence[1])

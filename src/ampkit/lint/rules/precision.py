@@ -102,7 +102,7 @@ class FloatSixteenWithoutScaler(Rule):
                 continue  # a backward without an optimizer step is a gradient check, not training
             for a in unit.of("autocast"):
                 info = _info(a)
-                if info.dtype != FP16 or a.ctx.grad_free:
+                if FP16 not in info.dtypes or a.ctx.grad_free:
                     continue  # no fp16, or nothing under it is differentiated
                 if analysis.flag_off(info.enabled, a.node):
                     continue  # ``enabled=use_amp`` where nothing sets use_amp
