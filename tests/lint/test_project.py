@@ -7,6 +7,7 @@ must yield with ``# expect: CODE`` comments, as the golden cases do.
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,20 @@ import pytest
 from ampkit.lint import api, check_paths, check_source
 from ampkit.lint.discovery import SourceFile
 from ampkit.lint.project import ProjectIndex, module_name, summarise
-from test_golden import expected
 
 PROJECTS = Path(__file__).parent / "cases" / "projects"
 TREES = sorted(p for p in PROJECTS.iterdir() if p.is_dir())
+_EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>AMP\d{3}(?:\s*,\s*AMP\d{3})*)")
+
+
+def expected(text: str) -> set[tuple[str, int]]:
+    """The ``(code, line)`` pairs marked with ``# expect:`` comments (as in test_golden)."""
+    return {
+        (code.strip(), lineno)
+        for lineno, line in enumerate(text.splitlines(), start=1)
+        if (match := _EXPECT.search(line))
+        for code in match.group("codes").split(",")
+    }
 
 
 def _expected(tree: Path) -> set[tuple[str, str, int]]:
