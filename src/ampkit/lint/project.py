@@ -128,7 +128,9 @@ def _wrapped_call(
     decorators = {resolver.imports.qualname(d) or getattr(d, "id", "") for d in fn.decorator_list}
     if not decorators & {"contextlib.contextmanager", "contextmanager"}:
         return None
-    for stmt in body:
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:  # the first ``with autocast(...)`` that yields, also inside an ``if``
+        stmt = stack.pop()
         if isinstance(stmt, ast.With) and any(
             isinstance(n, ast.Yield) for s in stmt.body for n in ast.walk(s)
         ):
@@ -136,6 +138,12 @@ def _wrapped_call(
                 found = _autocast_call(item.context_expr, resolver)
                 if found is not None:
                     return found
+        if isinstance(stmt, ast.stmt) and not isinstance(
+            stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        ):
+            stack.extend(
+                reversed([c for c in ast.iter_child_nodes(stmt) if isinstance(c, ast.stmt)])
+            )
     return None
 
 
@@ -168,13 +176,26 @@ def wrapper_of(fn: ast.FunctionDef | ast.AsyncFunctionDef, resolver: Resolver) -
             _arg(call, 1, "dtype"),
             _arg(call, 0, "enabled"),
         )
+    arguments = [
+        _argument(node, names, resolver) for node in (device_node, dtype_node, enabled_node)
+    ]
+    forwarded = args.kwarg.arg if args.kwarg is not None else None
+    if forwarded is not None and any(
+        kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id == forwarded
+        for kw in call.keywords
+    ):
+        # ``torch.autocast(device_type=d, **kwargs)``: the caller's ``dtype=``/``enabled=``
+        # keywords reach autocast under their own names
+        for i, name in enumerate(("device_type", "dtype", "enabled")):
+            if not arguments[i].given and not (fixed is not None and i == 0):
+                arguments[i] = Argument(param=name)
     return Wrapper(
         api,
         tuple(positional),
         tuple(sorted(defaults.items())),
-        _argument(device_node, names, resolver),
-        _argument(dtype_node, names, resolver),
-        _argument(enabled_node, names, resolver),
+        arguments[0],
+        arguments[1],
+        arguments[2],
         fixed,
     )
 
@@ -268,6 +289,8 @@ class ProjectIndex:
     def __init__(self, summaries: list[tuple[str, str, ModuleSummary]]) -> None:
         """``summaries`` holds ``(module name, file path, summary)`` triples."""
         self._by_suffix: dict[str, list[tuple[str, str, ModuleSummary]]] = defaultdict(list)
+        #: first parts of every module-name suffix (a quick "not a module of the tree")
+        self.heads: set[str] = set()
         self.evidence: dict[str, set[str]] = defaultdict(set)
         self.set_keywords: set[str] = set()
         self.positional: dict[str, int] = {}
@@ -275,6 +298,7 @@ class ProjectIndex:
             parts = module.split(".") if module else []
             for start in range(max(0, len(parts) - _MAX_SUFFIX), len(parts)):
                 self._by_suffix[".".join(parts[start:])].append((module, path, summary))
+                self.heads.add(parts[start])
             for family, seen in summary.evidence.items():
                 self.evidence[family] |= seen
             self.set_keywords |= summary.set_keywords
@@ -318,6 +342,7 @@ class ProjectView:
         self.index = index
         self.path = path
         self.module = module
+        self._found: dict[str, tuple[ModuleSummary, str] | None] = {}
 
     @property
     def evidence(self) -> dict[str, set[str]]:
@@ -348,13 +373,19 @@ class ProjectView:
         return ".".join([*package, rest]) if package else rest
 
     def _lookup(self, qualname: str) -> tuple[ModuleSummary, str] | None:
-        name = self._absolute(qualname)
-        parts = name.split(".")
-        for cut in range(len(parts) - 1, 0, -1):
-            summary = self.index.find(".".join(parts[:cut]), self.path)
-            if summary is not None:
-                return summary, ".".join(parts[cut:])
-        return None
+        """The summary of the tree's module ``qualname`` lives in, and its name there."""
+        if qualname in self._found:
+            return self._found[qualname]
+        found = None
+        parts = self._absolute(qualname).split(".")
+        if parts[0] in self.index.heads or qualname.startswith("."):
+            for cut in range(len(parts) - 1, 0, -1):
+                summary = self.index.find(".".join(parts[:cut]), self.path)
+                if summary is not None:
+                    found = summary, ".".join(parts[cut:])
+                    break
+        self._found[qualname] = found
+        return found
 
     def wrapper(self, qualname: str) -> Wrapper | None:
         """The autocast wrapper ``qualname`` names in the tree, if it is one."""
