@@ -86,6 +86,9 @@ class FileFacts:
         #: (:data:`~ampkit.lint.project.ANY_ARGS` with ``*args``/``**kwargs``)
         self.positional: dict[str, int] = {}
         self.scaler_ctors: list[ast.Call] = []
+        #: modules frozen here: ``key.requires_grad_(False)``,
+        #: ``for p in key.parameters(): p.requires_grad = False``
+        self.frozen: set[str] = set()
         #: keys named like a scaler (``scaler``, ``self.grad_scaler``) that the file reads
         self.scaler_uses: set[str] = set()
         self._owner_of: dict[int, FunctionNode | None] | None = None
@@ -106,6 +109,7 @@ class FileFacts:
             if wrapper is not None:
                 self.resolver.wrappers[name] = wrapper
         self._collect_bindings()
+        self._collect_frozen_loops()
 
     def of_type(self, *kinds: type) -> list[ast.AST]:
         """The nodes of the given ast types (in no particular order)."""
@@ -236,6 +240,15 @@ class FileFacts:
             self.any_scaler = True
             self.scaler_ctors.append(call)
         note_call(call, self.set_keywords, self.positional)
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "requires_grad_"
+            and call.args
+            and self.resolver.is_false(call.args[0])
+        ):
+            frozen = dotted_key(func.value)
+            if frozen is not None:
+                self.frozen.add(frozen)
         evidence = precision_evidence(call, self.imports)
         if evidence is not None:
             self.framework_evidence[evidence[0]].add(evidence[1])
@@ -327,6 +340,42 @@ class FileFacts:
     def is_optimizer(self, key: str | None) -> bool:
         """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
         return key is not None and (key in self.optimizer_keys or is_optimizer_name(key))
+
+    def _collect_frozen_loops(self) -> None:
+        for node in self.of_type(ast.For):
+            it = node.iter  # type: ignore[attr-defined]
+            target = node.target  # type: ignore[attr-defined]
+            if not (
+                isinstance(it, ast.Call)
+                and isinstance(it.func, ast.Attribute)
+                and it.func.attr == "parameters"
+                and isinstance(target, ast.Name)
+            ):
+                continue
+            module = dotted_key(it.func.value)
+            for stmt in node.body:  # type: ignore[attr-defined]
+                if (
+                    module is not None
+                    and isinstance(stmt, ast.Assign)
+                    and any(dotted_key(t) == f"{target.id}.requires_grad" for t in stmt.targets)
+                    and self.resolver.is_false(stmt.value)
+                ):
+                    self.frozen.add(module)
+
+    def frozen_only(self, body: list[ast.stmt]) -> bool:
+        """Whether every call in ``body`` runs a frozen module (``backbone(x)``,
+        ``backbone.encode(x)``): nothing there builds a gradient of a trained weight."""
+        if not self.frozen:
+            return False
+        calls = [n for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+        if not calls:
+            return False
+        for call in calls:
+            key = dotted_key(call.func)
+            owner = dotted_key(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            if key not in self.frozen and owner not in self.frozen:
+                return False
+        return True
 
     def scalers_all_disabled(self) -> bool:
         """Whether every GradScaler of the file is built with a literal ``enabled=False`` and

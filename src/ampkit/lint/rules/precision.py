@@ -57,7 +57,9 @@ class FloatSixteenWithoutScaler(Rule):
 
     Only reachable fp16 training counts. Not reported: autocast inside ``torch.no_grad()`` /
     ``torch.inference_mode()`` (or in a function decorated with them: a frozen backbone whose
-    features feed a head trained outside autocast), and autocast switched by
+    features feed a head trained outside autocast), an autocast block that only runs
+    modules frozen with ``requires_grad_(False)`` (or ``p.requires_grad = False`` over their
+    parameters), and autocast switched by
     ``enabled=flag`` where ``flag`` is a parameter that defaults to ``False`` and that no call
     in the linted code passes. A GradScaler built with a literal ``enabled=False`` scales
     nothing, so it does not count as one.
@@ -106,6 +108,9 @@ class FloatSixteenWithoutScaler(Rule):
                     continue  # no fp16, or nothing under it is differentiated
                 if analysis.flag_off(info.enabled, a.node):
                     continue  # ``enabled=use_amp`` where nothing sets use_amp
+                body = a.extra.get("body")
+                if isinstance(body, (ast.With, ast.AsyncWith)) and facts.frozen_only(body.body):
+                    continue  # only a frozen (``requires_grad_(False)``) module runs in fp16
                 for b in unit.related(a, "backward"):
                     if b.order <= a.order or exclusive(a, b):
                         continue
