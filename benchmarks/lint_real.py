@@ -24,6 +24,14 @@ Usage (no network needed once the checkouts exist)::
 
 ``--source`` is a template for ``git clone``: a URL, or a local folder of mirrors
 (``/mirrors/{folder}``). Only ``*.py`` files are checked out (sparse checkout).
+
+``--expectations benchmarks/lint_real_new_expectations.json`` scores the second set (public
+repositories the linter was not tuned on), kept apart from the regression set.
+
+The cost of the project-wide analysis (one process, each repository linted as one tree,
+with and without its :class:`~ampkit.lint.project.ProjectIndex`, alternated)::
+
+    python benchmarks/lint_real.py cost CHECKOUTS --repeat 3
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -242,6 +251,26 @@ def score(root: Path, expectations: Path) -> Score:
     )
 
 
+def cost(root: Path, repeat: int) -> str:
+    """Per-file lint time of every checkout under ``root`` without and with the project index
+    (one process; the best of ``repeat`` alternated runs of each)."""
+    trees = [discover([folder])[0] for folder in sorted(p for p in root.iterdir() if p.is_dir())]
+    files = sum(len(t) for t in trees)
+    best: dict[bool, float] = {}
+    for _ in range(repeat):
+        for project in (False, True):
+            start = time.perf_counter()
+            for tree in trees:
+                lint_files(tree, jobs=1, project=project)
+            elapsed = time.perf_counter() - start
+            best[project] = min(best.get(project, elapsed), elapsed)
+    per = {k: 1000 * v / max(files, 1) for k, v in best.items()}
+    return (
+        f"{len(trees)} trees, {files} files; per file: {per[False]:.2f} ms without the project "
+        f"index, {per[True]:.2f} ms with it ({per[True] / per[False]:.2f}x)\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--expectations", type=Path, default=EXPECTATIONS)
@@ -254,7 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--json", type=Path, help="also write the full result as JSON")
     run.add_argument("--min-precision", type=float, default=0.0)
     run.add_argument("--min-recall", type=float, default=0.0)
+    timing = sub.add_parser("cost", help="per-file time without and with the project index")
+    timing.add_argument("root", type=Path)
+    timing.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.command == "cost":
+        sys.stdout.write(cost(args.root, args.repeat))
+        return 0
     if args.command == "checkout":
         repos, _ = load(args.expectations)
         checkout(args.root, repos, args.source)

@@ -10,15 +10,19 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from ampkit.lint import RULES
 
 FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "lint_real_expectations.json"
+NEW = FILE.with_name("lint_real_new_expectations.json")
 FIELDS = {"repo", "commit", "path", "line", "rule", "verdict", "reason"}
 VERDICTS = {"true_positive", "false_positive", "missed_bug"}
 
 
-def test_expectations_are_facts_about_pinned_repositories() -> None:
-    data = json.loads(FILE.read_text(encoding="utf-8"))
+@pytest.mark.parametrize("file", [FILE, NEW], ids=lambda p: p.stem)
+def test_expectations_are_facts_about_pinned_repositories(file: Path) -> None:
+    data = json.loads(file.read_text(encoding="utf-8"))
     repos = {r["repo"]: r["commit"] for r in data["repositories"]}
     assert len(repos) >= 15
     assert all(re.fullmatch(r"[0-9a-f]{40}", c) for c in repos.values())
@@ -40,3 +44,11 @@ def test_there_are_real_bugs_and_false_positives_to_score() -> None:
     behavioural = [v for v in verdicts if v["rule"] not in ("AMP000", "AMP006")]
     real = [v for v in behavioural if v["verdict"] != "false_positive"]
     assert len(real) >= 15 and len(behavioural) - len(real) >= 50
+
+
+def test_the_new_set_shares_no_repository_with_the_regression_set() -> None:
+    """The set the linter was not tuned on is scored apart, so no repository is in both."""
+    old = {r["repo"] for r in json.loads(FILE.read_text(encoding="utf-8"))["repositories"]}
+    new = {r["repo"] for r in json.loads(NEW.read_text(encoding="utf-8"))["repositories"]}
+    assert len(new) >= 20
+    assert not old & new

@@ -14,6 +14,7 @@ from ampkit.lint.events import Event, compatible, exclusive
 from ampkit.lint.facts import FileFacts, FunctionNode
 from ampkit.lint.findings import Finding, Fix, Severity
 from ampkit.lint.flow import FlowBuilder
+from ampkit.lint.project import ProjectView
 from ampkit.lint.source import SourceText
 from ampkit.lint.walk import walk_tree
 
@@ -148,6 +149,7 @@ class FileAnalysis:
     tree: ast.Module
     source: SourceText
     path: str
+    project: ProjectView | None = None
     facts: FileFacts = field(init=False)
     units: list[Unit] = field(init=False)
 
@@ -156,7 +158,7 @@ class FileAnalysis:
         self.nodes = walk.nodes
         self._parents: dict[int, ast.AST] | None = None
         self._groups: dict[tuple[int, tuple[str, ...]], list[Event]] = {}
-        self.facts = FileFacts(self.tree, walk)
+        self.facts = FileFacts(self.tree, walk, self.project)
         module = FlowBuilder(self.facts, {}, _local_functions(self.tree.body))
         module.build(self.tree.body)
         self.units = [Unit(self.tree, module, None, 0)]
@@ -185,6 +187,78 @@ class FileAnalysis:
             builder = FlowBuilder(self.facts, methods, _local_functions(fn.body))
             builder.build(fn.body, fn)
             self.units.append(Unit(fn, builder, cls, group))
+
+    @property
+    def framework_evidence(self) -> dict[str, set[str]]:
+        """What the framework constructors seen say about loss scaling (see
+        :mod:`ampkit.lint.frameworks`)."""
+        if self.project is None:
+            return self.facts.framework_evidence
+        merged = {k: set(v) for k, v in self.project.evidence.items()}
+        for family, seen in self.facts.framework_evidence.items():
+            merged.setdefault(family, set()).update(seen)
+        return merged
+
+    @property
+    def set_keywords(self) -> set[str]:
+        """Keyword names some call of the linted code (this file, or the tree) passes a
+        possibly true value."""
+        if self.project is None:
+            return self.facts.set_keywords
+        return self.facts.set_keywords | self.project.set_keywords
+
+    def positional_count(self, callee: str) -> int:
+        """The most positional arguments a call of the linted code passes ``callee``."""
+        count = self.facts.positional.get(callee, -1)
+        if self.project is not None:
+            count = max(count, self.project.positional.get(callee, -1))
+        return count
+
+    def flag_off(self, flag: ast.expr | None, node: ast.AST) -> bool:
+        """Whether ``flag`` (an ``enabled=`` written at ``node``) is provably false: a
+        parameter of the enclosing function that defaults to ``False``, is never rebound
+        there, and that no call of the linted code can set (by keyword, by position or
+        through ``*args``/``**kwargs``)."""
+        if not isinstance(flag, ast.Name):
+            return False
+        fn = self.facts.owner_of(node)
+        if fn is None:
+            return False
+        args = fn.args
+        positional = [*args.posonlyargs, *args.args]
+        defaults: dict[str, ast.expr] = {
+            a.arg: d
+            for a, d in zip(
+                positional[len(positional) - len(args.defaults) :], args.defaults, strict=True
+            )
+        }
+        defaults.update(
+            {
+                a.arg: d
+                for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)
+                if d is not None
+            }
+        )
+        default = defaults.get(flag.id)
+        if not (isinstance(default, ast.Constant) and default.value is False):
+            return False
+        for sub in ast.walk(fn):
+            if (
+                isinstance(sub, ast.Name)
+                and sub.id == flag.id
+                and not isinstance(sub.ctx, ast.Load)
+            ):
+                return False
+        if flag.id in self.set_keywords:
+            return False
+        names = [a.arg for a in positional]
+        if flag.id in names:
+            index = names.index(flag.id)
+            if names and names[0] in ("self", "cls"):
+                index -= 1
+            if self.positional_count(fn.name) > index:
+                return False
+        return True
 
     def of_type(self, *kinds: type) -> list[ast.AST]:
         """The nodes of the given ast types (in no particular order)."""

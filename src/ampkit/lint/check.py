@@ -11,6 +11,7 @@ from pathlib import Path
 from ampkit.lint.analysis import FileAnalysis
 from ampkit.lint.discovery import MAX_FILE_BYTES, FileTooLargeError, read_source
 from ampkit.lint.findings import Finding, Severity
+from ampkit.lint.project import ProjectView
 from ampkit.lint.rules import all_rules
 from ampkit.lint.selection import Selection
 from ampkit.lint.source import SourceText, noqa_map
@@ -29,8 +30,11 @@ def _syntax_finding(path: str, exc: BaseException, line: int = 1, column: int = 
     )
 
 
-def analyse(text: str, path: str = "<string>") -> tuple[list[Finding], FileAnalysis | None]:
-    """All findings of all rules for a source text (no selection or noqa applied yet)."""
+def analyse(
+    text: str, path: str = "<string>", project: ProjectView | None = None
+) -> tuple[list[Finding], FileAnalysis | None]:
+    """All findings of all rules for a source text (no selection or noqa applied yet);
+    ``project`` resolves names imported from the other files of the linted tree."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -45,7 +49,7 @@ def analyse(text: str, path: str = "<string>") -> tuple[list[Finding], FileAnaly
     if not _RELEVANT.search(text):
         return [], None
     try:
-        analysis = FileAnalysis(tree, SourceText(text), path)
+        analysis = FileAnalysis(tree, SourceText(text), path, project)
         findings: list[Finding] = []
         for rule_cls in all_rules():
             findings.extend(rule_cls().check(analysis))
@@ -69,11 +73,16 @@ def _filter(findings: Iterable[Finding], text: str, selection: Selection | None)
 
 
 def check_source(
-    text: str, path: str = "<string>", selection: Selection | None = None
+    text: str,
+    path: str = "<string>",
+    selection: Selection | None = None,
+    project: ProjectView | None = None,
 ) -> list[Finding]:
     """Lint one Python source text and return its findings sorted by position.
 
     Never raises for bad input: a text that does not parse is one ``AMP000`` finding.
+    ``project`` (a :class:`~ampkit.lint.project.ProjectView`) lets the analysis follow
+    names the text imports from the other files of a linted tree.
 
     Example::
 
@@ -81,7 +90,7 @@ def check_source(
         >>> [f.code for f in check_source("import torch\\nwith torch.autocast('cpu', dtype=torch.float16):\\n    pass\\n")]
         ['AMP009']
     """
-    findings, _ = analyse(text, path)
+    findings, _ = analyse(text, path, project)
     return _filter(findings, text, selection)
 
 
@@ -90,6 +99,7 @@ def check_file(
     selection: Selection | None = None,
     display: str | None = None,
     max_bytes: int | None = MAX_FILE_BYTES,
+    project: ProjectView | None = None,
 ) -> list[Finding]:
     """Lint one file; unreadable or undecodable files, and files over ``max_bytes`` (None:
     no limit), are one ``AMP000`` finding."""
@@ -102,4 +112,4 @@ def check_file(
     except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
         found = [_syntax_finding(name, Exception(f"cannot read: {exc}"))]
         return [f for f in found if selection is None or f.code in selection]
-    return check_source(text, name, selection)
+    return check_source(text, name, selection, project)

@@ -45,6 +45,8 @@ class Context:
     amp_conditional: bool = False
     inlined: bool = False
     base: int = 0
+    #: inside ``torch.no_grad()`` / ``torch.inference_mode()``: nothing here is differentiated
+    grad_free: bool = False
 
 
 @dataclass

@@ -12,6 +12,12 @@ import ast
 import re
 from collections import defaultdict
 
+from ampkit.lint.frameworks import (
+    CLIP_METHODS,
+    framework_of_ctor,
+    framework_of_name,
+    precision_evidence,
+)
 from ampkit.lint.names import (
     SCALER_APIS,
     AutocastInfo,
@@ -21,6 +27,7 @@ from ampkit.lint.names import (
     is_optimizer_name,
     is_scaler_name,
 )
+from ampkit.lint.project import ProjectView, note_call, wrapper_of
 from ampkit.lint.walk import FunctionNode, Walk
 
 __all__ = ["CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
@@ -31,7 +38,7 @@ CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
 #: (``step``/``update`` only count on scaler- or optimizer-like objects).
 INTERESTING_ATTRS = frozenset(
     {"backward", "manual_backward", "scale", "unscale_", "zero_grad", "clip_grad_norm_",
-     "clip_grad_value_"}
+     "clip_grad_value_", "clip_gradients"}
 )  # fmt: skip
 
 #: Other method names that make events (casts, checkpoints) without making a callee worth
@@ -53,7 +60,7 @@ def _parse_annotation(text: str) -> ast.expr | None:
 class FileFacts:
     """File-wide bindings used to classify calls (see the module docstring)."""
 
-    def __init__(self, tree: ast.Module, walk: Walk) -> None:
+    def __init__(self, tree: ast.Module, walk: Walk, project: ProjectView | None = None) -> None:
         self.nodes = walk.nodes
         self.owners = walk.owners
         #: statement id -> the calls in its own expressions, in evaluation order
@@ -69,6 +76,22 @@ class FileFacts:
         self.autocast_vars: dict[str, AutocastInfo] = {}
         self.assignments: dict[str, list[ast.expr]] = defaultdict(list)
         self.functions: dict[str, FunctionNode] = {}
+        #: key -> the framework the object belongs to (``fabric = Fabric(...)``)
+        self.framework_keys: dict[str, str] = {}
+        #: framework family -> what its constructors here show about loss scaling
+        self.framework_evidence: dict[str, set[str]] = defaultdict(set)
+        #: keyword names some call passes a value other than a literal False/None/0
+        self.set_keywords: set[str] = set()
+        #: callee name (last part) -> the most positional arguments a call passes it
+        #: (:data:`~ampkit.lint.project.ANY_ARGS` with ``*args``/``**kwargs``)
+        self.positional: dict[str, int] = {}
+        self.scaler_ctors: list[ast.Call] = []
+        #: modules frozen here: ``key.requires_grad_(False)``,
+        #: ``for p in key.parameters(): p.requires_grad = False``
+        self.frozen: set[str] = set()
+        #: keys named like a scaler (``scaler``, ``self.grad_scaler``) that the file reads
+        self.scaler_uses: set[str] = set()
+        self._owner_of: dict[int, FunctionNode | None] | None = None
         self.any_scaler_update = False
         self.any_scaler = False
         self.scaler_named = False
@@ -79,8 +102,14 @@ class FileFacts:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions[stmt.name] = stmt
         self._collect_constants()
-        self.resolver = Resolver(self.imports, self.constants)
+        self.project = project
+        self.resolver = Resolver(self.imports, self.constants, project)
+        for name, fn in self.functions.items():
+            wrapper = wrapper_of(fn, self.resolver)
+            if wrapper is not None:
+                self.resolver.wrappers[name] = wrapper
         self._collect_bindings()
+        self._collect_frozen_loops()
 
     def of_type(self, *kinds: type) -> list[ast.AST]:
         """The nodes of the given ast types (in no particular order)."""
@@ -118,7 +147,12 @@ class FileFacts:
                 counts[node.arg] += 2
         for name, count in counts.items():
             value = values.get(name)
-            if count == 1 and isinstance(value, (ast.Constant, ast.Attribute, ast.Name)):
+            if count == 1 and (
+                isinstance(value, (ast.Constant, ast.Attribute, ast.Name, ast.IfExp))
+                or isinstance(value, ast.Subscript)
+                and isinstance(value.value, ast.Dict)
+            ):
+                # an ``a if c else b`` or ``{...}[key]`` is followed for the dtypes it may take
                 self.constants[name] = value
 
     def _collect_bindings(self) -> None:
@@ -160,9 +194,19 @@ class FileFacts:
                 and is_scaler_name(node.attr)
             ):
                 self.scaler_named = True
+                if self.imports.qualname(node) not in SCALER_APIS:
+                    key = dotted_key(node)
+                    self.scaler_uses.add(key if key is not None else "?")
 
     def _bind(self, target: ast.expr, value: ast.expr) -> None:
         if isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, ast.Call) and target.elts:
+                framework = framework_of_ctor(self.imports.qualname(value.func))
+                if framework == "deepspeed":
+                    # ``engine, optimizer, _, _ = deepspeed.initialize(...)``
+                    first = dotted_key(target.elts[0])
+                    if first is not None:
+                        self.framework_keys[first] = framework
             for elt in target.elts:
                 self._bind(elt, value)
             return
@@ -180,6 +224,9 @@ class FileFacts:
         if isinstance(value, ast.Call):
             qual = self.imports.qualname(value.func) or ""
             name = value.func.attr if isinstance(value.func, ast.Attribute) else qual
+            framework = framework_of_ctor(qual)
+            if framework is not None and framework != "deepspeed":
+                self.framework_keys[key] = framework
             if (
                 qual.startswith("torch.optim.") and not _SCHEDULERS.search(qual)
             ) or "optimizer" in name.lower():
@@ -191,6 +238,20 @@ class FileFacts:
         func = call.func
         if self.resolver.scaler_ctor(call) is not None:
             self.any_scaler = True
+            self.scaler_ctors.append(call)
+        note_call(call, self.set_keywords, self.positional)
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "requires_grad_"
+            and call.args
+            and self.resolver.is_false(call.args[0])
+        ):
+            frozen = dotted_key(func.value)
+            if frozen is not None:
+                self.frozen.add(frozen)
+        evidence = precision_evidence(call, self.imports)
+        if evidence is not None:
+            self.framework_evidence[evidence[0]].add(evidence[1])
         if not isinstance(func, ast.Attribute):
             return
         obj = dotted_key(func.value)
@@ -224,7 +285,9 @@ class FileFacts:
             return True, True, name
         if name in ("step", "update") and isinstance(func, ast.Attribute):
             obj = dotted_key(func.value)
-            if self.is_scaler(obj) or (name == "step" and self.is_optimizer(obj)):
+            if self.is_scaler(obj) or (
+                name == "step" and (self.is_optimizer(obj) or self.framework_of(obj) == "deepspeed")
+            ):
                 return True, True, name
         if name in _EVENT_ATTRS and isinstance(func, ast.Attribute):
             return False, True, name
@@ -277,6 +340,77 @@ class FileFacts:
     def is_optimizer(self, key: str | None) -> bool:
         """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
         return key is not None and (key in self.optimizer_keys or is_optimizer_name(key))
+
+    def _collect_frozen_loops(self) -> None:
+        for node in self.of_type(ast.For):
+            it = node.iter  # type: ignore[attr-defined]
+            target = node.target  # type: ignore[attr-defined]
+            if not (
+                isinstance(it, ast.Call)
+                and isinstance(it.func, ast.Attribute)
+                and it.func.attr == "parameters"
+                and isinstance(target, ast.Name)
+            ):
+                continue
+            module = dotted_key(it.func.value)
+            for stmt in node.body:  # type: ignore[attr-defined]
+                if (
+                    module is not None
+                    and isinstance(stmt, ast.Assign)
+                    and any(dotted_key(t) == f"{target.id}.requires_grad" for t in stmt.targets)
+                    and self.resolver.is_false(stmt.value)
+                ):
+                    self.frozen.add(module)
+
+    def frozen_only(self, body: list[ast.stmt]) -> bool:
+        """Whether every call in ``body`` runs a frozen module (``backbone(x)``,
+        ``backbone.encode(x)``): nothing there builds a gradient of a trained weight."""
+        if not self.frozen:
+            return False
+        calls = [n for stmt in body for n in ast.walk(stmt) if isinstance(n, ast.Call)]
+        if not calls:
+            return False
+        for call in calls:
+            key = dotted_key(call.func)
+            owner = dotted_key(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            if key not in self.frozen and owner not in self.frozen:
+                return False
+        return True
+
+    def scalers_all_disabled(self) -> bool:
+        """Whether every GradScaler of the file is built with a literal ``enabled=False`` and
+        every name that looks like a scaler holds one of them (none comes from elsewhere)."""
+        if not self.scaler_ctors or any(
+            self.resolver.scaler_enabled(c) != "no" for c in self.scaler_ctors
+        ):
+            return False
+        if any(ctor is None for ctor in self.scaler_keys.values()):
+            return False  # a parameter annotated as a scaler
+        for key in self.scaler_uses:
+            values = self.assignments.get(key)
+            if not values or any(self.resolver.scaler_ctor(v) is None for v in values):
+                return False
+        return True
+
+    def owner_of(self, node: ast.AST) -> FunctionNode | None:
+        """The innermost function ``node`` is written in (``None``: module level)."""
+        if self._owner_of is None:
+            self._owner_of = {id(n): o for n, o in zip(self.nodes, self.owners, strict=True)}
+        return self._owner_of.get(id(node))
+
+    def framework_of(self, key: str | None) -> str | None:
+        """The framework ``key`` holds an object of (built here, or named after it)."""
+        if key is None:
+            return None
+        return self.framework_keys.get(key) or framework_of_name(key)
+
+    def framework_clip(self, key: str | None, attr: str) -> bool:
+        """Whether ``key.attr(...)`` is a framework's gradient clipping
+        (``self.clip_gradients``, ``fabric.clip_gradients``, ``accelerator.clip_grad_norm_``)."""
+        if key == "self":
+            return attr in CLIP_METHODS["lightning"]
+        framework = self.framework_of(key)
+        return framework is not None and attr in CLIP_METHODS.get(framework, ())
 
     def is_scaled_call(self, node: ast.expr) -> bool:
         """Whether ``node`` contains a ``scaler.scale(...)`` call."""

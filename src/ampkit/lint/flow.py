@@ -66,10 +66,18 @@ class FlowBuilder:
 
     def build(self, body: list[ast.stmt], owner: ast.AST | None = None) -> list[Event]:
         """Walk ``body`` (the unit's statements) and return its events in order."""
+        ctx = Context()
         if owner is not None:
             self._stack.append(owner)
-        self._block(body, Context())
+            if self._grad_off(owner):
+                ctx = replace(ctx, grad_free=True)
+        self._block(body, ctx)
         return self.events
+
+    def _grad_off(self, fn: ast.AST) -> bool:
+        """Whether ``fn`` is decorated ``@torch.no_grad()`` / ``@torch.inference_mode()``."""
+        decorators = getattr(fn, "decorator_list", ())
+        return any(self.facts.resolver.grad_mode(d) is False for d in decorators)
 
     def _test(self, test: ast.expr) -> TestInfo:
         info = self._tests.get(id(test))
@@ -160,9 +168,13 @@ class FlowBuilder:
         for item in stmt.items:
             if item.optional_vars is not None:
                 self._bind(bound_keys(item.optional_vars), ctx)
+            mode = self.facts.resolver.grad_mode(item.context_expr)
+            if mode is not None:
+                inner = replace(inner, grad_free=not mode)
             info = self._autocast_of(item.context_expr)
             if info is not None and not info.disabled:
-                self._emit("autocast", item.context_expr, ctx, extra={"info": info, "body": stmt})
+                where = replace(ctx, grad_free=inner.grad_free)
+                self._emit("autocast", item.context_expr, where, extra={"info": info, "body": stmt})
                 inner = replace(inner, autocast=info)
         self._block(stmt.body, inner)
 
@@ -257,7 +269,11 @@ class FlowBuilder:
         elif attr == "backward":
             self._backward(call, recv, obj, ctx)
         elif attr == "manual_backward":
-            self._emit("backward", call, ctx, obj=obj, framework=True)
+            self._emit(
+                "backward", call, ctx, obj=obj, framework=True, extra={"framework": "lightning"}
+            )
+        elif facts.framework_clip(obj, attr):
+            self._emit("clip", call, ctx, obj=obj, framework=True)
         elif attr == "scale" and facts.is_scaler(obj):
             event = self._emit("scale", call, ctx, obj=obj, target=target)
             self._scale_by_call[id(call)] = event
@@ -265,6 +281,8 @@ class FlowBuilder:
             self._emit("scaler_step", call, ctx, obj=obj, arg=arg)
         elif attr == "step" and not call.args and facts.is_optimizer(obj):
             self._emit("opt_step", call, ctx, obj=obj)
+        elif attr == "step" and not call.args and facts.framework_of(obj) == "deepspeed":
+            self._emit("opt_step", call, ctx, obj=obj, framework=True)
         elif attr == "update" and facts.is_scaler(obj):
             self._emit("scaler_update", call, ctx, obj=obj)
         elif attr == "unscale_":
@@ -277,8 +295,31 @@ class FlowBuilder:
             self._cast(call, attr, obj, ctx, target, alone)
 
     def _backward(self, call: ast.Call, recv: ast.expr, obj: str | None, ctx: Context) -> None:
+        if call.args and self.facts.imports.qualname(call.func) == "torch.autograd.backward":
+            # ``torch.autograd.backward(loss)``: a plain backward of its first argument
+            loss = call.args[0]
+            scaled = self.facts.is_scaled(loss)
+            self._emit(
+                "backward",
+                call,
+                ctx,
+                obj=dotted_key(loss),
+                scaled=scaled,
+                loss=scaled_operand(loss) if scaled else loss,
+            )
+            return
         if call.args:
-            self._emit("backward", call, ctx, obj=obj, framework=True, loss=call.args[0])
+            # ``accelerator.backward(loss)``, ``fabric.backward(loss)``, ``engine.backward(loss)``
+            framework = self.facts.framework_of(obj)
+            self._emit(
+                "backward",
+                call,
+                ctx,
+                obj=obj,
+                framework=True,
+                loss=call.args[0],
+                extra={"framework": framework} if framework is not None else {},
+            )
             return
         feeding = []
         if self._scale_by_call:
@@ -342,7 +383,10 @@ class FlowBuilder:
             return
         self._inlines += 1
         self._stack.append(fn)
+        inner = replace(ctx, inlined=True, base=len(ctx.loops))
+        if self._grad_off(fn):
+            inner = replace(inner, grad_free=True)
         try:
-            self._block(fn.body, replace(ctx, inlined=True, base=len(ctx.loops)))
+            self._block(fn.body, inner)
         finally:
             self._stack.pop()

@@ -10,12 +10,16 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "BF16",
     "FP16",
+    "Argument",
     "AutocastInfo",
     "Imports",
+    "NameLookup",
+    "Wrapper",
     "dotted_key",
     "is_deprecated",
     "is_optimizer_name",
@@ -75,6 +79,16 @@ DTYPES: dict[str, str] = {
 
 #: Default autocast dtype of ``torch.autocast(device_type)`` per device.
 DEFAULT_DTYPE: dict[str, str] = {"cuda": FP16, "mps": FP16, "cpu": BF16, "xpu": BF16, "hpu": BF16}
+
+_GRAD_OFF = frozenset(
+    {
+        "torch.no_grad",
+        "torch.inference_mode",
+        "torch.autograd.no_grad",
+        "torch.autograd.grad_mode.no_grad",
+        "torch.autograd.grad_mode.inference_mode",
+    }
+)
 
 _OLD = ("torch.cuda.amp", "torch.cpu.amp")
 _NEW_EXACT = frozenset({"torch.amp", "torch.autocast", "torch.GradScaler"})
@@ -143,6 +157,12 @@ class Imports:
                 for alias in node.names:
                     if alias.name != "*":
                         self._bind(alias.asname or alias.name, f"{node.module}.{alias.name}")
+            elif isinstance(node, ast.ImportFrom) and node.level:
+                # relative (``from .utils import f``): ``.utils.f``, resolved by the project
+                base = "." * node.level + (f"{node.module}." if node.module else "")
+                for alias in node.names:
+                    if alias.name != "*":
+                        self._bind(alias.asname or alias.name, base + alias.name)
 
     def _bind(self, name: str, qualname: str) -> None:
         previous = self.aliases.get(name)
@@ -163,6 +183,42 @@ class Imports:
 
 
 @dataclass(frozen=True)
+class Argument:
+    """One autocast argument of a wrapper: a parameter of the wrapper (``param``), or a
+    value resolved where the wrapper is written (``dtypes``, ``text``, ``false``)."""
+
+    param: str | None = None
+    dtypes: frozenset[str] = frozenset()
+    text: str | None = None
+    false: bool = False
+    given: bool = False
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A function that makes an autocast context (see the module docstring)."""
+
+    api: str
+    params: tuple[str, ...]
+    defaults: tuple[tuple[str, Argument], ...]
+    device: Argument
+    dtype: Argument
+    enabled: Argument
+    fixed_device: str | None = None
+
+
+class NameLookup(Protocol):
+    """What the names imported from the other files of a linted tree hold
+    (:class:`~ampkit.lint.project.ProjectView`)."""
+
+    def wrapper(self, qualname: str) -> Wrapper | None:
+        """The autocast wrapper ``qualname`` names, if it is one."""
+
+    def dtypes(self, qualname: str) -> frozenset[str]:
+        """The dtypes a module-level name may hold (empty: none known)."""
+
+
+@dataclass(frozen=True)
 class AutocastInfo:
     """What an autocast call enables: device, dtype (``None`` when not static) and its API."""
 
@@ -171,6 +227,10 @@ class AutocastInfo:
     device: str | None
     dtype: str | None
     disabled: bool = False
+    #: the ``enabled=`` expression, ``None`` when not given
+    enabled: ast.expr | None = None
+    #: every dtype the autocast may run in (``torch.float16 if fp16 else torch.bfloat16``)
+    dtypes: frozenset[str] = frozenset()
 
 
 def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
@@ -187,9 +247,17 @@ def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
 class Resolver:
     """Evaluates the few constant expressions the rules need: dtypes, devices, flags."""
 
-    def __init__(self, imports: Imports, constants: dict[str, ast.expr]) -> None:
+    def __init__(
+        self,
+        imports: Imports,
+        constants: dict[str, ast.expr],
+        project: NameLookup | None = None,
+    ) -> None:
         self.imports = imports
         self.constants = constants
+        self.project = project
+        #: module-level functions of this file that make an autocast context
+        self.wrappers: dict[str, Wrapper] = {}
 
     def _follow(self, node: ast.expr | None, depth: int = 0) -> ast.expr | None:
         while isinstance(node, ast.Name) and node.id in self.constants and depth < 5:
@@ -199,11 +267,31 @@ class Resolver:
 
     def dtype(self, node: ast.expr | None) -> str | None:
         """``float16``/``bfloat16``/... when ``node`` statically names a torch dtype."""
+        found = self.dtypes(node)
+        return next(iter(found)) if len(found) == 1 else None
+
+    def dtypes(self, node: ast.expr | None, depth: int = 0) -> frozenset[str]:
+        """Every torch dtype ``node`` may name: through single-assignment names, both arms of
+        ``a if c else b``, the values of ``{...}[key]``, and module-level names of the
+        linted tree (``from config import DTYPE``). Empty when none is known."""
         node = self._follow(node)
-        if node is None:
-            return None
+        if node is None or depth > 4:
+            return frozenset()
+        if isinstance(node, ast.IfExp):
+            return self.dtypes(node.body, depth + 1) | self.dtypes(node.orelse, depth + 1)
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Dict):
+            found: frozenset[str] = frozenset()
+            for value in node.value.values:
+                found |= self.dtypes(value, depth + 1)
+            return found
         name = self.imports.qualname(node)
-        return DTYPES.get(name) if name else None
+        if name is None:
+            return frozenset()
+        if name in DTYPES:
+            return frozenset({DTYPES[name]})
+        if self.project is not None and not name.startswith("torch"):
+            return self.project.dtypes(name)
+        return frozenset()
 
     def string(self, node: ast.expr | None) -> str | None:
         """The value of a string constant (through single-assignment names)."""
@@ -223,7 +311,8 @@ class Resolver:
             return None
         api = self.imports.qualname(node.func)
         if api not in AUTOCAST_APIS:
-            return None
+            wrapper = self._wrapper(node.func, api)
+            return self._through(wrapper, node) if wrapper is not None else None
         fixed = AUTOCAST_APIS[api]
         if fixed is None:
             device_node = _arg(node, 0, "device_type")
@@ -235,10 +324,51 @@ class Resolver:
             device = fixed
             enabled_node, dtype_node = _arg(node, 0, "enabled"), _arg(node, 1, "dtype")
         if dtype_node is None:
-            dtype = DEFAULT_DTYPE.get(device) if device else None
+            default = DEFAULT_DTYPE.get(device) if device else None
+            dtypes = frozenset({default}) if default else frozenset()
         else:
-            dtype = self.dtype(dtype_node)
-        return AutocastInfo(node, api, device, dtype, self.is_false(enabled_node))
+            dtypes = self.dtypes(dtype_node)
+        dtype = next(iter(dtypes)) if len(dtypes) == 1 else None
+        return AutocastInfo(
+            node, api, device, dtype, self.is_false(enabled_node), enabled_node, dtypes
+        )
+
+    def _wrapper(self, func: ast.expr, qualname: str | None) -> Wrapper | None:
+        """The autocast wrapper a call's function is (this file's, or the tree's)."""
+        if isinstance(func, ast.Name) and func.id in self.wrappers and qualname is None:
+            return self.wrappers[func.id]
+        if qualname is not None and self.project is not None:
+            return self.project.wrapper(qualname)
+        return None
+
+    def _through(self, wrapper: Wrapper, call: ast.Call) -> AutocastInfo | None:
+        """What a call of an autocast wrapper enables: its own arguments fill the parameters
+        the wrapper passes on to autocast."""
+        if any(isinstance(a, ast.Starred) for a in call.args):
+            return None
+        bound: dict[str, ast.expr] = dict(zip(wrapper.params, call.args, strict=False))
+        bound.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
+        defaults = dict(wrapper.defaults)
+
+        def value(arg: Argument) -> tuple[frozenset[str], str | None, bool, bool, ast.expr | None]:
+            if arg.param is not None:
+                given = bound.get(arg.param)
+                if given is not None:
+                    return self.dtypes(given), self.string(given), self.is_false(given), True, given
+                arg = defaults.get(arg.param, arg)
+                if arg.param is not None:
+                    return frozenset(), None, False, False, None
+            return arg.dtypes, arg.text, arg.false, arg.given, None
+
+        _, device_text, _, _, _ = value(wrapper.device)
+        device = wrapper.fixed_device or (device_text.split(":", 1)[0] if device_text else None)
+        dtypes, _, _, dtype_given, _ = value(wrapper.dtype)
+        if not dtype_given:
+            default = DEFAULT_DTYPE.get(device) if device else None
+            dtypes = frozenset({default}) if default else frozenset()
+        _, _, disabled, _, enabled = value(wrapper.enabled)
+        dtype = next(iter(dtypes)) if len(dtypes) == 1 else None
+        return AutocastInfo(call, wrapper.api, device, dtype, disabled, enabled, dtypes)
 
     def find_autocast(self, node: ast.AST) -> AutocastInfo | None:
         """The autocast inside an expression: a call, ``autocast() if amp else nullcontext()``,
@@ -259,12 +389,31 @@ class Resolver:
             if api in AUTOCAST_APIS:
                 device = AUTOCAST_APIS[api]
                 dtype = DEFAULT_DTYPE.get(device) if device else None
-                return AutocastInfo(node, api, device, dtype)
+                dtypes = frozenset({dtype}) if dtype else frozenset()
+                return AutocastInfo(node, api, device, dtype, dtypes=dtypes)
         return None
 
     def _is_partial(self, func: ast.expr) -> bool:
         name = self.imports.qualname(func)
         return name == "functools.partial" or (isinstance(func, ast.Name) and func.id == "partial")
+
+    def grad_mode(self, node: ast.AST) -> bool | None:
+        """``False`` for a context or decorator that turns gradients off (``torch.no_grad()``,
+        ``torch.inference_mode()``, ``torch.set_grad_enabled(False)``), ``True`` for
+        ``torch.enable_grad()``, ``None`` for anything else."""
+        call = node if isinstance(node, ast.Call) else None
+        name = self.imports.qualname(call.func if call is not None else node)
+        if name in _GRAD_OFF:
+            if call is not None and (call.args or call.keywords):
+                flag = self._follow(call.args[0] if call.args else call.keywords[0].value)
+                return False if isinstance(flag, ast.Constant) and flag.value is True else None
+            return False
+        if name == "torch.enable_grad":
+            return True
+        if name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled"):
+            if call is not None and call.args and self.is_false(call.args[0]):
+                return False
+        return None
 
     def scaler_ctor(self, node: ast.AST) -> ast.Call | None:
         """The GradScaler constructor call in ``node`` (also inside ``a if c else b``)."""

@@ -146,7 +146,10 @@ class UndividedAccumulatedLoss(Rule):
     Normalising elsewhere counts: dividing the loss before handing it on
     (``loss = loss / n`` then ``amp.scale_loss(loss, ...)``), computing it with a function
     that receives the accumulation count, or rescaling the gradients before the step
-    (``p.grad.div_(n)``, ``optimizer.multiply_grads(1 / n)``).
+    (``p.grad.div_(n)``, ``optimizer.multiply_grads(1 / n)``). A backward whose gradients
+    the next step in the same iteration consumes unconditionally is not accumulated, even
+    when another optimizer is stepped every ``n`` iterations (the delayed actor update of
+    TD3-style reinforcement learning).
 
     Bad::
 
@@ -202,6 +205,17 @@ class UndividedAccumulatedLoss(Rule):
 
     @staticmethod
     def _accumulating_step(steps: list[Event], b: Event) -> Event | None:
+        """The guarded step that consumes ``b``'s gradients. The first step after ``b`` in
+        the same iteration takes them: when it runs every iteration (a critic stepped after
+        its own backward, beside an actor updated every ``policy_delay`` iterations), the
+        gradients of ``b`` are not accumulated."""
+        after = [
+            s
+            for s in steps
+            if s.order > b.order and s.loops and s.loops[-1] == b.loops[-1] and not exclusive(s, b)
+        ]
+        if after:
+            return after[0] if after[0].ctx.accum else None
         for s in steps:
             if s.ctx.accum and s.loops and s.loops[-1] == b.loops[-1] and not exclusive(s, b):
                 return s

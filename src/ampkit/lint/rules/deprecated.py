@@ -14,9 +14,10 @@ from ampkit.lint.rules.base import Rule, register
 from ampkit.lint.rules.migration import (
     CALLS,
     DECORATORS,
-    OLD_MODULES,
+    SUBMODULES,
     ImportMigration,
     decorator_nodes,
+    old_module,
 )
 
 __all__ = ["DeprecatedAmpApi"]
@@ -30,16 +31,20 @@ def _split(qualname: str | None) -> tuple[str, str, str] | None:
     if qualname is None or not is_deprecated(qualname):
         return None
     module, _, api = qualname.rpartition(".")
-    if module not in OLD_MODULES or api not in (*CALLS, *DECORATORS):
+    old = old_module(module)
+    if old is None or api not in (*CALLS, *DECORATORS):
         return None
-    return module, api, OLD_MODULES[module]
+    return module, api, old[0]
 
 
 def _new_path(func: ast.expr, device: str) -> str | None:
-    """``torch.amp`` spelled with the file's own root (``th.amp``) for ``th.cuda.amp.X``."""
+    """``torch.amp`` spelled with the file's own root (``th.amp``) for ``th.cuda.amp.X``
+    (and for ``th.cuda.amp.grad_scaler.X``, whose API ``torch.amp`` exports too)."""
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute)):
         return None
     amp = func.value
+    if amp.attr in SUBMODULES and isinstance(amp.value, ast.Attribute):
+        amp = amp.value
     if not (
         amp.attr == "amp" and isinstance(amp.value, ast.Attribute) and amp.value.attr == device
     ):
@@ -53,7 +58,9 @@ class DeprecatedAmpApi(Rule):
     """The deprecated ``torch.cuda.amp`` / ``torch.cpu.amp`` API.
 
     ``torch.cuda.amp.autocast``, ``torch.cuda.amp.GradScaler``, ``torch.cpu.amp.autocast``
-    and the ``torch.cuda.amp.custom_fwd`` / ``custom_bwd`` decorators are deprecated since
+    and the ``torch.cuda.amp.custom_fwd`` / ``custom_bwd`` decorators (also reached through
+    the submodules that define them, ``torch.cuda.amp.autocast_mode`` and
+    ``torch.cuda.amp.grad_scaler``, and through module aliases) are deprecated since
     PyTorch 2.4 and emit a ``FutureWarning``; ``torch.amp`` takes the device type (as first
     argument, or ``device_type=`` for the decorators). Also reported: the old autocast passed
     by reference (``ctx = torch.cuda.amp.autocast``, ``partial(torch.cuda.amp.autocast, ...)``).

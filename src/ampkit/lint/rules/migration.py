@@ -17,9 +17,33 @@ from ampkit.lint.edits import SourceEdits
 from ampkit.lint.findings import Edit
 from ampkit.lint.gates import Gates
 
-__all__ = ["CALLS", "DECORATORS", "OLD_MODULES", "ImportMigration", "decorator_nodes"]
+__all__ = [
+    "CALLS",
+    "DECORATORS",
+    "OLD_MODULES",
+    "SUBMODULES",
+    "ImportMigration",
+    "decorator_nodes",
+    "old_module",
+]
 
 OLD_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
+#: the submodules the old API is defined in (``torch.cuda.amp.autocast_mode.autocast``);
+#: ``torch.amp`` has modules of the same names holding the new API
+SUBMODULES = ("autocast_mode", "grad_scaler")
+
+
+def old_module(module: str) -> tuple[str, str] | None:
+    """``(device, submodule)`` of a deprecated module: ``torch.cuda.amp`` is
+    ``("cuda", "")``, ``torch.cuda.amp.grad_scaler`` is ``("cuda", "grad_scaler")``."""
+    if module in OLD_MODULES:
+        return OLD_MODULES[module], ""
+    parent, _, sub = module.rpartition(".")
+    if parent in OLD_MODULES and sub in SUBMODULES:
+        return OLD_MODULES[parent], sub
+    return None
+
+
 CALLS = ("autocast", "GradScaler")
 DECORATORS = ("custom_fwd", "custom_bwd")
 _MODULE = None  # ``bound`` marker: the name is the ``amp`` module itself
@@ -69,10 +93,14 @@ class ImportMigration:
         """The migration of an import statement, ``None`` when it imports nothing deprecated."""
         if isinstance(node, ast.ImportFrom) and not node.level and node.module:
             pattern = re.escape(node.module).replace(r"\.", r"\s*\.\s*")
-            if node.module in OLD_MODULES:
-                found = cls(node, OLD_MODULES[node.module], pattern=pattern, new_module="torch.amp")
+            old = old_module(node.module)
+            if old is not None:
+                found = cls(node, old[0], pattern=pattern, new_module="torch.amp")
                 for alias in node.names:
-                    found.bound[alias.asname or alias.name] = alias.name
+                    # ``from torch.cuda.amp import grad_scaler``: a module, used as
+                    # ``grad_scaler.GradScaler(...)``; ``torch.amp.grad_scaler`` has it too
+                    sub = not old[1] and alias.name in SUBMODULES
+                    found.bound[alias.asname or alias.name] = _MODULE if sub else alias.name
                 return found
             if node.module in ("torch.cuda", "torch.cpu") and any(
                 a.name == "amp" for a in node.names
@@ -87,11 +115,13 @@ class ImportMigration:
                 return found
             return None
         if isinstance(node, ast.Import):
-            olds = [a for a in node.names if a.name in OLD_MODULES and a.asname]
+            olds = [a for a in node.names if old_module(a.name) is not None and a.asname]
             if not olds:
                 return None
             pattern = re.escape(olds[0].name).replace(r"\.", r"\s*\.\s*")
-            found = cls(node, OLD_MODULES[olds[0].name], pattern=pattern, new_module="torch.amp")
+            device, submodule = old_module(olds[0].name) or ("", "")
+            new_module = f"torch.amp.{submodule}" if submodule else "torch.amp"
+            found = cls(node, device, pattern=pattern, new_module=new_module)
             for alias in olds:
                 found.bound[alias.asname or ""] = _MODULE if len(node.names) == 1 else _OTHER
             return found

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from ampkit.lint.analysis import FileAnalysis, Unit
 from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
+from ampkit.lint.frameworks import BACKWARD_FRAMEWORKS, framework_scales
 from ampkit.lint.names import BF16, FP16, AutocastInfo, dotted_key
 from ampkit.lint.patterns import loaded_keys
 from ampkit.lint.rules.base import Rule, register
@@ -20,6 +21,13 @@ __all__ = [
     "HalfStateDictSaved",
     "ScalerWithBfloat16",
 ]
+
+_FRAMEWORK_HINTS = {
+    "lightning": "manual_backward scales the loss only under precision='16-mixed'",
+    "fabric": "fabric.backward scales the loss only under precision='16-mixed'",
+    "accelerate": "accelerator.backward scales the loss only under mixed_precision='fp16'",
+    "deepspeed": "the engine's backward scales the loss only with fp16 enabled in its config",
+}
 
 _SCALER_KINDS = ("scale", "scaler_step", "scaler_update", "unscale", "scaler_new")
 
@@ -38,6 +46,23 @@ class FloatSixteenWithoutScaler(Rule):
     fp16 has a smallest normal value of 6e-5; many gradients are smaller and flush to zero
     in the backward pass unless the loss is first multiplied by a large scale. bfloat16 has
     the range of fp32 and needs no scaler.
+
+    A framework's backward (Lightning ``self.manual_backward(loss)``, ``fabric.backward``,
+    ``accelerator.backward``, a DeepSpeed engine's ``backward``) is a backward too, but those
+    frameworks scale the loss themselves when configured for float16, so it is reported only
+    when the framework provably does not: Lightning and Fabric when no float16 precision
+    (``precision="16-mixed"``, or one read from a variable or a config) is seen, since their
+    default is 32-bit; Accelerate and DeepSpeed, which are often configured outside the code,
+    only when built with a literal non-float16 setting (``mixed_precision="no"``).
+
+    Only reachable fp16 training counts. Not reported: autocast inside ``torch.no_grad()`` /
+    ``torch.inference_mode()`` (or in a function decorated with them: a frozen backbone whose
+    features feed a head trained outside autocast), an autocast block that only runs
+    modules frozen with ``requires_grad_(False)`` (or ``p.requires_grad = False`` over their
+    parameters), and autocast switched by
+    ``enabled=flag`` where ``flag`` is a parameter that defaults to ``False`` and that no call
+    in the linted code passes. A GradScaler built with a literal ``enabled=False`` scales
+    nothing, so it does not count as one.
 
     Bad::
 
@@ -65,27 +90,47 @@ class FloatSixteenWithoutScaler(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         facts = analysis.facts
-        if facts.any_scaler or facts.scaler_keys or facts.scaler_named:
+        disabled = facts.scalers_all_disabled()
+        if (facts.any_scaler or facts.scaler_keys or facts.scaler_named) and not disabled:
             return
+        evidence = analysis.framework_evidence
         for unit in analysis.units:
-            if unit.of(*_SCALER_KINDS) or any(b.scaled for b in unit.of("backward")):
+            if not disabled and (
+                unit.of(*_SCALER_KINDS) or any(b.scaled for b in unit.of("backward"))
+            ):
                 continue
-            if not unit.of("opt_step") and not analysis.group_events(unit.group, "opt_step"):
+            steps = ("opt_step", "scaler_step") if disabled else ("opt_step",)
+            if not unit.of(*steps) and not analysis.group_events(unit.group, *steps):
                 continue  # a backward without an optimizer step is a gradient check, not training
             for a in unit.of("autocast"):
-                if _info(a).dtype != FP16:
-                    continue
-                if any(
-                    b.order > a.order and not exclusive(a, b)
-                    for b in unit.related(a, "backward")
-                    if not b.framework
-                ):
-                    yield self.finding(
-                        analysis,
-                        a.node,
-                        "float16 autocast is used for training without a GradScaler; small gradients "
-                        "underflow to zero (add torch.amp.GradScaler or use bfloat16)",
+                info = _info(a)
+                if FP16 not in info.dtypes or a.ctx.grad_free:
+                    continue  # no fp16, or nothing under it is differentiated
+                if analysis.flag_off(info.enabled, a.node):
+                    continue  # ``enabled=use_amp`` where nothing sets use_amp
+                body = a.extra.get("body")
+                if isinstance(body, (ast.With, ast.AsyncWith)) and facts.frozen_only(body.body):
+                    continue  # only a frozen (``requires_grad_(False)``) module runs in fp16
+                for b in unit.related(a, "backward"):
+                    if b.order <= a.order or exclusive(a, b):
+                        continue
+                    framework = b.extra.get("framework") if b.framework else None
+                    if b.framework and not (
+                        isinstance(framework, str)
+                        and framework in BACKWARD_FRAMEWORKS
+                        and not framework_scales(framework, evidence)
+                    ):
+                        continue  # a framework that may scale the loss itself
+                    message = (
+                        "float16 autocast is used for training without a GradScaler; small "
+                        "gradients underflow to zero (add torch.amp.GradScaler or use bfloat16)"
                     )
+                    if isinstance(framework, str):
+                        message += f"; {_FRAMEWORK_HINTS[framework]}"
+                    if disabled:
+                        message += "; every GradScaler here is built with enabled=False"
+                    yield self.finding(analysis, a.node, message)
+                    break
 
 
 @register

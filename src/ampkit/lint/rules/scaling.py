@@ -51,7 +51,8 @@ class ClipScaledGradients(Rule):
         )
         for unit in analysis.units:
             for clip in unit.of("clip"):
-                if clip.extra.get("get_scale"):
+                if clip.extra.get("get_scale") or clip.framework:
+                    # a framework's clip (``accelerator.clip_grad_norm_``) unscales first
                     continue
                 backward = current_backward(unit, clip)
                 if backward is not None:

@@ -1,0 +1,402 @@
+"""Project-wide facts: what the files of one linted tree tell each other.
+
+Linting a tree first summarises every file once (:func:`summarise`: a parse and one walk)
+into a :class:`ModuleSummary` (its autocast wrappers, its module-level dtype values, what
+its framework constructors say about loss scaling, which keywords its calls pass), and
+collects the summaries into a :class:`ProjectIndex` keyed by module name. Each file is then
+analysed on its own, as before, with a :class:`ProjectView` that resolves the names it
+imports from the tree's own modules (``from utils import autocast_ctx``,
+``from .config import DTYPE``). Findings stay per file and do not depend on the order the
+files are given in or on how many processes lint them.
+
+An autocast wrapper is a module-level function that returns an autocast call (or a
+conditional of one: ``torch.autocast(...) if amp else nullcontext()``) or a
+``@contextmanager`` that yields inside ``with torch.autocast(...)``; each of the autocast's
+device, dtype and ``enabled`` arguments is recorded either as a value resolved where the
+wrapper is written or as the name of the wrapper parameter it comes from, which the call
+site then supplies.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+
+from ampkit.lint.frameworks import precision_evidence
+from ampkit.lint.names import AUTOCAST_APIS, Argument, Imports, Resolver, Wrapper
+
+__all__ = [
+    "ANY_ARGS",
+    "Argument",
+    "ModuleSummary",
+    "ProjectIndex",
+    "ProjectView",
+    "Wrapper",
+    "module_name",
+    "note_call",
+    "summarise",
+    "wrapper_of",
+]
+
+#: a call's positional count when it passes ``*args`` or ``**kwargs`` (any parameter)
+ANY_ARGS = 1 << 20
+
+_MAX_SUFFIX = 4
+
+
+@dataclass
+class ModuleSummary:
+    """What one file offers the others (all plain data, cheap to send to worker processes)."""
+
+    wrappers: dict[str, Wrapper] = field(default_factory=dict)
+    dtypes: dict[str, frozenset[str]] = field(default_factory=dict)
+    evidence: dict[str, set[str]] = field(default_factory=dict)
+    set_keywords: set[str] = field(default_factory=set)
+    positional: dict[str, int] = field(default_factory=dict)
+
+
+_WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
+
+
+def _module_constants(tree: ast.Module) -> dict[str, ast.expr]:
+    """Names bound once at module level (``DTYPE = torch.float16``), class attributes as
+    ``Cls.name``."""
+    values: dict[str, ast.expr] = {}
+    counts: dict[str, int] = defaultdict(int)
+
+    def note(prefix: str, body: list[ast.stmt]) -> None:
+        for stmt in body:
+            targets: list[ast.expr] = []
+            value: ast.expr | None = None
+            if isinstance(stmt, ast.Assign):
+                targets, value = stmt.targets, stmt.value
+            elif isinstance(stmt, ast.AnnAssign):
+                targets, value = [stmt.target], stmt.value
+            elif isinstance(stmt, ast.AugAssign):
+                targets = [stmt.target]
+            elif isinstance(stmt, ast.ClassDef) and not prefix:
+                note(f"{stmt.name}.", stmt.body)
+                continue
+            for target in targets:
+                for named in ast.walk(target):
+                    if isinstance(named, ast.Name):
+                        counts[prefix + named.id] += 1
+                        if value is not None and named is target:
+                            values[prefix + named.id] = value
+
+    note("", tree.body)
+    return {k: v for k, v in values.items() if counts[k] == 1}
+
+
+def _argument(node: ast.expr | None, params: set[str], resolver: Resolver) -> Argument:
+    if node is None:
+        return Argument()
+    if isinstance(node, ast.Name) and node.id in params:
+        return Argument(param=node.id, given=True)
+    return Argument(
+        dtypes=resolver.dtypes(node),
+        text=resolver.string(node),
+        false=resolver.is_false(node),
+        given=True,
+    )
+
+
+def _autocast_call(node: ast.expr | None, resolver: Resolver) -> ast.Call | None:
+    """The autocast call a returned expression makes (``autocast(...) if c else nullcontext()``)."""
+    if isinstance(node, ast.IfExp):
+        return _autocast_call(node.body, resolver) or _autocast_call(node.orelse, resolver)
+    if isinstance(node, ast.Call) and resolver.imports.qualname(node.func) in AUTOCAST_APIS:
+        return node
+    return None
+
+
+def _wrapped_call(
+    fn: ast.FunctionDef | ast.AsyncFunctionDef, resolver: Resolver
+) -> ast.Call | None:
+    body = [
+        s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+    ]
+    if not body:
+        return None
+    last = body[-1]
+    if isinstance(last, ast.Return):
+        return _autocast_call(last.value, resolver)
+    decorators = {resolver.imports.qualname(d) or getattr(d, "id", "") for d in fn.decorator_list}
+    if not decorators & {"contextlib.contextmanager", "contextmanager"}:
+        return None
+    stack: list[ast.AST] = list(reversed(body))
+    while stack:  # the first ``with autocast(...)`` that yields, also inside an ``if``
+        stmt = stack.pop()
+        if isinstance(stmt, ast.With) and any(
+            isinstance(n, ast.Yield) for s in stmt.body for n in ast.walk(s)
+        ):
+            for item in stmt.items:
+                found = _autocast_call(item.context_expr, resolver)
+                if found is not None:
+                    return found
+        if isinstance(stmt, ast.stmt) and not isinstance(
+            stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        ):
+            stack.extend(
+                reversed([c for c in ast.iter_child_nodes(stmt) if isinstance(c, ast.stmt)])
+            )
+    return None
+
+
+def wrapper_of(fn: ast.FunctionDef | ast.AsyncFunctionDef, resolver: Resolver) -> Wrapper | None:
+    """The :class:`Wrapper` a module-level function is, ``None`` when it is not one."""
+    call = _wrapped_call(fn, resolver)
+    if call is None:
+        return None
+    api = resolver.imports.qualname(call.func) or ""
+    fixed = AUTOCAST_APIS.get(api)
+    args = fn.args
+    positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+    names = {*positional, *(a.arg for a in args.kwonlyargs)}
+    defaults: dict[str, Argument] = {}
+    with_defaults = positional[len(positional) - len(args.defaults) :]
+    for name, default in zip(with_defaults, args.defaults, strict=True):
+        defaults[name] = _argument(default, set(), resolver)
+    for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=True):
+        if kw_default is not None:
+            defaults[arg.arg] = _argument(kw_default, set(), resolver)
+    if fixed is None:
+        device_node, dtype_node, enabled_node = (
+            _arg(call, 0, "device_type"),
+            _arg(call, 1, "dtype"),
+            _arg(call, 2, "enabled"),
+        )
+    else:
+        device_node, dtype_node, enabled_node = (
+            None,
+            _arg(call, 1, "dtype"),
+            _arg(call, 0, "enabled"),
+        )
+    arguments = [
+        _argument(node, names, resolver) for node in (device_node, dtype_node, enabled_node)
+    ]
+    forwarded = args.kwarg.arg if args.kwarg is not None else None
+    if forwarded is not None and any(
+        kw.arg is None and isinstance(kw.value, ast.Name) and kw.value.id == forwarded
+        for kw in call.keywords
+    ):
+        # ``torch.autocast(device_type=d, **kwargs)``: the caller's ``dtype=``/``enabled=``
+        # keywords reach autocast under their own names
+        for i, name in enumerate(("device_type", "dtype", "enabled")):
+            if not arguments[i].given and not (fixed is not None and i == 0):
+                arguments[i] = Argument(param=name)
+    return Wrapper(
+        api,
+        tuple(positional),
+        tuple(sorted(defaults.items())),
+        arguments[0],
+        arguments[1],
+        arguments[2],
+        fixed,
+    )
+
+
+def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    for kw in call.keywords:
+        if kw.arg == name:
+            return kw.value
+    if index < len(call.args) and not any(
+        isinstance(a, ast.Starred) for a in call.args[: index + 1]
+    ):
+        return call.args[index]
+    return None
+
+
+def note_call(call: ast.Call, set_keywords: set[str], positional: dict[str, int]) -> None:
+    """Record which keywords a call passes (a value other than a literal False/None/0) and how
+    many positional arguments its callee (by last name) receives."""
+    count = len(call.args)
+    for kw in call.keywords:
+        if kw.arg is None:
+            count = ANY_ARGS
+        elif not (isinstance(kw.value, ast.Constant) and not kw.value.value):
+            set_keywords.add(kw.arg)
+    if any(isinstance(a, ast.Starred) for a in call.args):
+        count = ANY_ARGS
+    func = call.func
+    callee = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if callee is not None and count > positional.get(callee, -1):
+        positional[callee] = count
+
+
+def summarise(text: str) -> ModuleSummary | None:
+    """The :class:`ModuleSummary` of one source text, ``None`` when it does not parse."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    summary = ModuleSummary()
+    imports: list[ast.AST] = []
+    calls: list[ast.Call] = []
+    try:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                calls.append(node)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports.append(node)
+    except RecursionError:
+        return None
+    imports.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
+    table = Imports(imports)
+    for call in calls:
+        note_call(call, summary.set_keywords, summary.positional)
+        found = precision_evidence(call, table)
+        if found is not None:
+            summary.evidence.setdefault(found[0], set()).add(found[1])
+    if _WORTH_RESOLVING.search(text):
+        resolver = Resolver(
+            table, {k: v for k, v in _module_constants(tree).items() if "." not in k}
+        )
+        for name, value in _module_constants(tree).items():
+            dtypes = resolver.dtypes(value)
+            if dtypes:
+                summary.dtypes[name] = dtypes
+        for stmt in tree.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                wrapper = wrapper_of(stmt, resolver)
+                if wrapper is not None:
+                    summary.wrappers[stmt.name] = wrapper
+    return summary
+
+
+def module_name(path: PurePath, root: PurePath) -> str:
+    """The dotted module name of ``path`` seen from ``root`` (``pkg/utils.py`` -> ``pkg.utils``)."""
+    try:
+        parts = list(path.relative_to(root).parts)
+    except ValueError:
+        parts = [path.name]
+    if parts and parts[-1].endswith(".py"):
+        parts[-1] = parts[-1][:-3]
+    if parts and parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(p for p in parts if p)
+
+
+class ProjectIndex:
+    """The summaries of every file of a tree, by module name (built once per run)."""
+
+    def __init__(self, summaries: list[tuple[str, str, ModuleSummary]]) -> None:
+        """``summaries`` holds ``(module name, file path, summary)`` triples."""
+        self._by_suffix: dict[str, list[tuple[str, str, ModuleSummary]]] = defaultdict(list)
+        #: first parts of every module-name suffix (a quick "not a module of the tree")
+        self.heads: set[str] = set()
+        self.evidence: dict[str, set[str]] = defaultdict(set)
+        self.set_keywords: set[str] = set()
+        self.positional: dict[str, int] = {}
+        for module, path, summary in sorted(summaries, key=lambda t: (t[1], t[0])):
+            parts = module.split(".") if module else []
+            for start in range(max(0, len(parts) - _MAX_SUFFIX), len(parts)):
+                self._by_suffix[".".join(parts[start:])].append((module, path, summary))
+                self.heads.add(parts[start])
+            for family, seen in summary.evidence.items():
+                self.evidence[family] |= seen
+            self.set_keywords |= summary.set_keywords
+            for callee, count in summary.positional.items():
+                if count > self.positional.get(callee, -1):
+                    self.positional[callee] = count
+
+    def __len__(self) -> int:
+        return len({path for found in self._by_suffix.values() for _, path, _ in found})
+
+    def find(self, module: str, near: str) -> ModuleSummary | None:
+        """The summary of ``module``: the file whose module name ends with it, the one nearest
+        to ``near`` (the importing file's path) when several do."""
+        found = self._by_suffix.get(module)
+        if not found:
+            return None
+        if len(found) == 1:
+            return found[0][2]
+        here = PurePath(near).parent.parts
+
+        def closeness(entry: tuple[str, str, ModuleSummary]) -> tuple[int, int, str]:
+            there = PurePath(entry[1]).parts
+            common = 0
+            for a, b in zip(here, there, strict=False):
+                if a != b:
+                    break
+                common += 1
+            return (-int(entry[0] == module), -common, entry[1])
+
+        return min(found, key=closeness)[2]
+
+    def view(self, path: str | Path, module: str) -> ProjectView:
+        """The index as seen from one file (its path and module name)."""
+        return ProjectView(self, str(path), module)
+
+
+class ProjectView:
+    """The project index as one file sees it: resolves that file's imported names."""
+
+    def __init__(self, index: ProjectIndex, path: str, module: str) -> None:
+        self.index = index
+        self.path = path
+        self.module = module
+        self._found: dict[str, tuple[ModuleSummary, str] | None] = {}
+
+    @property
+    def evidence(self) -> dict[str, set[str]]:
+        """Framework evidence of the whole tree."""
+        return self.index.evidence
+
+    @property
+    def set_keywords(self) -> set[str]:
+        """Keywords some call in the tree passes a possibly true value."""
+        return self.index.set_keywords
+
+    @property
+    def positional(self) -> dict[str, int]:
+        """Callee name -> the most positional arguments a call in the tree passes it."""
+        return self.index.positional
+
+    def _absolute(self, qualname: str) -> str:
+        """``.utils.f`` (relative, from ``pkg.train``) -> ``pkg.utils.f``."""
+        level = len(qualname) - len(qualname.lstrip("."))
+        if not level:
+            return qualname
+        package = self.module.split(".") if self.module else []
+        if not PurePath(self.path).name.startswith("__init__."):
+            package = package[:-1]
+        if level > 1:
+            package = package[: len(package) - (level - 1)] if level - 1 <= len(package) else []
+        rest = qualname[level:]
+        return ".".join([*package, rest]) if package else rest
+
+    def _lookup(self, qualname: str) -> tuple[ModuleSummary, str] | None:
+        """The summary of the tree's module ``qualname`` lives in, and its name there."""
+        if qualname in self._found:
+            return self._found[qualname]
+        found = None
+        parts = self._absolute(qualname).split(".")
+        if parts[0] in self.index.heads or qualname.startswith("."):
+            for cut in range(len(parts) - 1, 0, -1):
+                summary = self.index.find(".".join(parts[:cut]), self.path)
+                if summary is not None:
+                    found = summary, ".".join(parts[cut:])
+                    break
+        self._found[qualname] = found
+        return found
+
+    def wrapper(self, qualname: str) -> Wrapper | None:
+        """The autocast wrapper ``qualname`` names in the tree, if it is one."""
+        if qualname.startswith("torch."):
+            return None
+        found = self._lookup(qualname)
+        return found[0].wrappers.get(found[1]) if found is not None else None
+
+    def dtypes(self, qualname: str) -> frozenset[str]:
+        """The dtypes a module-level name of the tree may hold (empty: none known)."""
+        if qualname.startswith("torch."):
+            return frozenset()
+        found = self._lookup(qualname)
+        return found[0].dtypes.get(found[1], frozenset()) if found is not None else frozenset()

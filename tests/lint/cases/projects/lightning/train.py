@@ -1,0 +1,5 @@
+import lightning as L
+from model import Net
+
+trainer = L.Trainer(precision="16-mixed", max_epochs=1)
+trainer.fit(Net())

@@ -1,0 +1,109 @@
+"""Project-wide analysis: a tree's files resolve what they import from each other.
+
+Each folder of ``cases/projects`` is one linted tree; its files mark the findings the tree
+must yield with ``# expect: CODE`` comments, as the golden cases do.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from ampkit.lint import api, check_paths, check_source
+from ampkit.lint.discovery import SourceFile
+from ampkit.lint.project import ProjectIndex, module_name, summarise
+
+PROJECTS = Path(__file__).parent / "cases" / "projects"
+TREES = sorted(p for p in PROJECTS.iterdir() if p.is_dir())
+_EXPECT = re.compile(r"#\s*expect:\s*(?P<codes>AMP\d{3}(?:\s*,\s*AMP\d{3})*)")
+
+
+def expected(text: str) -> set[tuple[str, int]]:
+    """The ``(code, line)`` pairs marked with ``# expect:`` comments (as in test_golden)."""
+    return {
+        (code.strip(), lineno)
+        for lineno, line in enumerate(text.splitlines(), start=1)
+        if (match := _EXPECT.search(line))
+        for code in match.group("codes").split(",")
+    }
+
+
+def _expected(tree: Path) -> set[tuple[str, str, int]]:
+    return {
+        (str(path), code, line)
+        for path in sorted(tree.rglob("*.py"))
+        for code, line in expected(path.read_text(encoding="utf-8"))
+    }
+
+
+def _found(findings: list) -> set[tuple[str, str, int]]:
+    return {(f.path, f.code, f.line) for f in findings}
+
+
+@pytest.mark.parametrize("tree", TREES, ids=lambda p: p.name)
+def test_tree_yields_the_marked_findings(tree: Path) -> None:
+    assert _found(check_paths([tree])) == _expected(tree)
+
+
+def test_wrapper_in_another_file_is_followed_only_in_project_mode() -> None:
+    train = PROJECTS / "wrapper" / "train.py"
+    assert not check_source(train.read_text(encoding="utf-8"), str(train))
+    assert not check_paths([PROJECTS / "wrapper"], project=False)
+    assert {f.code for f in check_paths([PROJECTS / "wrapper"])} == {"AMP002", "AMP009"}
+
+
+def test_lightning_precision_set_in_another_file_makes_manual_backward_scaled() -> None:
+    model = PROJECTS / "lightning" / "model.py"
+    alone = check_source(model.read_text(encoding="utf-8"), str(model))
+    assert [f.code for f in alone] == ["AMP002"]
+    assert "manual_backward" in alone[0].message
+    assert not check_paths([PROJECTS / "lightning"])
+
+
+def test_flag_set_true_by_a_caller_in_another_file_makes_fp16_reachable() -> None:
+    helpers = PROJECTS / "flag" / "helpers.py"
+    assert not check_source(helpers.read_text(encoding="utf-8"), str(helpers))
+    assert [f.code for f in check_paths([PROJECTS / "flag"])] == ["AMP002"]
+
+
+def test_findings_do_not_depend_on_file_order_or_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    files = [SourceFile(p, PROJECTS) for p in sorted(PROJECTS.rglob("*.py"))]
+    reference = api.lint_files(files, jobs=1).findings
+    shuffled = files[:]
+    random.Random(7).shuffle(shuffled)
+    again = api.lint_files(shuffled, jobs=1).findings
+    by_file = sorted(reference, key=lambda f: f.sort_key)
+    assert sorted(again, key=lambda f: f.sort_key) == by_file
+    monkeypatch.setattr(api, "_PARALLEL_MIN_FILES", 1)
+    parallel = api.lint_files(shuffled, jobs=2).findings
+    assert sorted(parallel, key=lambda f: f.sort_key) == by_file
+    assert _found(reference) == set().union(*(_expected(t) for t in TREES))
+
+
+def test_module_names_and_relative_imports() -> None:
+    root = Path("/repo")
+    assert module_name(root / "pkg" / "utils.py", root) == "pkg.utils"
+    assert module_name(root / "pkg" / "__init__.py", root) == "pkg"
+    summary = summarise("import torch\ndef ctx(d):\n    return torch.autocast('cuda', dtype=d)\n")
+    assert summary is not None and "ctx" in summary.wrappers
+    index = ProjectIndex([("pkg.amp_utils", "/repo/pkg/amp_utils.py", summary)])
+    view = index.view("/repo/pkg/train.py", "pkg.train")
+    assert view.wrapper(".amp_utils.ctx") is not None
+    assert view.wrapper("pkg.amp_utils.ctx") is not None
+    assert view.wrapper("amp_utils.ctx") is not None  # a suffix of the module name
+    assert view.wrapper(".other.ctx") is None
+    assert view.wrapper("torch.autocast") is None
+
+
+def test_nearest_module_wins_when_two_share_a_name() -> None:
+    fp16 = summarise("import torch\nDTYPE = torch.float16\n")
+    bf16 = summarise("import torch\nDTYPE = torch.bfloat16\n")
+    assert fp16 is not None and bf16 is not None
+    index = ProjectIndex(
+        [("a.config", "/r/a/config.py", fp16), ("b.config", "/r/b/config.py", bf16)]
+    )
+    assert index.view("/r/a/train.py", "a.train").dtypes("config.DTYPE") == {"float16"}
+    assert index.view("/r/b/train.py", "b.train").dtypes("config.DTYPE") == {"bfloat16"}
