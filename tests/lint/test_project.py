@@ -107,3 +107,15 @@ def test_nearest_module_wins_when_two_share_a_name() -> None:
     )
     assert index.view("/r/a/train.py", "a.train").dtypes("config.DTYPE") == {"float16"}
     assert index.view("/r/b/train.py", "b.train").dtypes("config.DTYPE") == {"bfloat16"}
+
+
+def test_the_command_line_follows_the_wrapper_unless_told_not_to() -> None:
+    from click.testing import CliRunner
+
+    from ampkit.cli import main
+
+    tree = str(PROJECTS / "wrapper")
+    with_index = CliRunner().invoke(main, ["lint", tree, "--isolated"])
+    alone = CliRunner().invoke(main, ["lint", tree, "--isolated", "--no-project"])
+    assert with_index.exit_code == 1 and "AMP002" in with_index.output
+    assert alone.exit_code == 0 and "AMP002" not in alone.output

@@ -68,6 +68,11 @@ def _explain(code: str) -> None:
     metavar="MB",
     help="Files larger than this are not analysed (one AMP000 each). [default: 5; 0: no limit]",
 )
+@click.option(
+    "--no-project",
+    is_flag=True,
+    help="Analyse each file alone: do not follow imports between the linted files.",
+)
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when findings fail the run.")
 @click.option("--isolated", is_flag=True, help="Ignore [tool.ampkit.lint] in pyproject.toml.")
 @click.option("--explain", metavar="CODE", help="Print the documentation of one rule and exit.")
@@ -82,6 +87,7 @@ def lint(
     fix: bool,
     diff: bool,
     max_file_mb: float | None,
+    no_project: bool,
     exit_zero: bool,
     isolated: bool,
     explain: str | None,
@@ -110,7 +116,9 @@ def lint(
         return
     if fix and diff:
         raise ConfigurationError("--fix and --diff cannot be combined; pass one of them")
-    failed = _run(paths or (".",), fmt, select, ignore, exclude, fix, diff, isolated, max_file_mb)
+    failed = _run(
+        paths or (".",), fmt, select, ignore, exclude, fix, diff, isolated, max_file_mb, no_project
+    )
     ctx.exit(0 if exit_zero or not failed else 1)
 
 
@@ -124,6 +132,7 @@ def _run(
     diff: bool,
     isolated: bool,
     max_file_mb: float | None = None,
+    no_project: bool = False,
 ) -> bool:
     """Lint (and fix) the paths, print the report; return whether the run failed."""
     from ampkit.lint.api import lint_files
@@ -142,7 +151,7 @@ def _run(
         click.echo(f"note: {item.note}", err=True)
     if diff:
         return _diff([f.path for f in files], selection, max_bytes)
-    run = lint_files(files, selection, fix=fix, max_bytes=max_bytes)
+    run = lint_files(files, selection, fix=fix, max_bytes=max_bytes, project=not no_project)
     for note in run.notes:
         click.echo(f"note: {note}", err=True)
     findings, fixed = run.findings, run.fixed

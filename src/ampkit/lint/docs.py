@@ -146,7 +146,7 @@ through the index, absolute and relative imports alike:
   tree passes `use_amp` (or enough positional arguments) to that function.
 
 Findings still belong to one file and do not depend on the order of the files or on how
-many processes lint them. `check_paths(..., project=False)` (and `lint_files`) turn it off.
+many processes lint them. `--no-project` (`check_paths(..., project=False)`, `lint_files`) turns it off.
 
 Cost: the index is one extra parse per file. On the 57 regression repositories (20,041
 files, each repository one tree, one process, best of two alternated runs) a file takes
