@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -479,7 +479,11 @@ class MixedPrecision:
                 optimizer none of whose parameters received a gradient in the window (it is
                 over another model's parameters, or all of them are frozen).
         """
-        optimizers = list(optimizer) if isinstance(optimizer, (list, tuple)) else [optimizer]
+        optimizers = (
+            list(optimizer)
+            if isinstance(optimizer, (list, tuple))
+            else cast(list[torch.optim.Optimizer], [optimizer])
+        )
         _check_optimizers(optimizers)
         for opt in optimizers:
             if id(opt) not in self._checked_optimizers:
