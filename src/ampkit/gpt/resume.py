@@ -109,6 +109,8 @@ def _shown(name: str, value: Any) -> str:
         return "(the built-in corpus)"
     if isinstance(value, list):
         return " ".join(str(v) for v in value) or "(none)"
+    if value is None:
+        return "(none)"
     return str(value)
 
 
