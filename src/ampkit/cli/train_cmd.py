@@ -199,7 +199,7 @@ def train(**options: Any) -> None:
       ampkit train --precision bf16 --steps 100 --out runs/bf16
       ampkit train --data notes.txt --grad-accum 4 --max-grad-norm 0.5
       ampkit train --out runs/a --checkpoint-every 50 --keep-last 2
-      ampkit train --out runs/a --checkpoint-every 50 --resume auto   # after a crash
+      ampkit train --out runs/a --resume auto   # after a crash: same steps, checkpoints
       ampkit train --out runs/a --resume auto --precision bf16 --allow-precision-change
       ampkit train --nproc 2 --batch-size 8    # = torchrun --nproc_per_node=2 -m ampkit train
     """
