@@ -29,6 +29,8 @@ from ampkit.precision.policy import Policy, precision_session, resolve_precision
 from ampkit.precision.scaler import LossScaler, ScalerStats
 
 if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import LRScheduler
+
     from ampkit.precision.fp8.planning import Fp8Plan
 
 __all__ = ["MixedPrecision", "StepResult", "loss_tensor", "validate_param_dtypes"]
@@ -454,7 +456,7 @@ class MixedPrecision:
     def step(
         self,
         optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
-        scheduler: Any = None,
+        scheduler: LRScheduler | Sequence[LRScheduler] | None = None,
     ) -> StepResult:
         """End the micro-batch; on the last one of the window, update the weights.
 
@@ -533,7 +535,11 @@ class MixedPrecision:
         self.scaler.update()
         for opt in optimizers:
             self.mode.after_optimizer_step(opt, stepped)
-        schedulers = scheduler if isinstance(scheduler, (list, tuple)) else [scheduler]
+        schedulers = (
+            list(scheduler)
+            if isinstance(scheduler, (list, tuple))
+            else cast(list[Any], [scheduler])
+        )
         if stepped:
             for sched in schedulers:
                 if sched is not None:
