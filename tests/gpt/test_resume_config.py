@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ampkit import ConfigurationError, TrainConfig
-from ampkit.gpt.resume import check_resume_config, override_lr, run_record
+from ampkit.gpt.resume import carry_over, check_resume_config, override_lr, run_record
 
 SAVED = run_record(TrainConfig(seed=1, batch_size=4, out="runs/a", steps=10), "abc")
 
@@ -76,3 +76,29 @@ def test_an_old_checkpoint_without_a_record_is_noted():
         checkpoint="c",
     )
     assert "records no settings" in notes[0]
+
+
+def test_carry_over_takes_the_settings_not_given_from_the_record():
+    saved = run_record(
+        TrainConfig(out="runs/a", steps=10, log_every=2, checkpoint_every=5, keep_last=2), "abc"
+    )
+    config = TrainConfig(out="runs/a", resume="auto", steps=20)
+    carried, notes = carry_over(saved, config, given={"out", "resume", "steps"})
+    assert (carried.steps, carried.log_every, carried.checkpoint_every, carried.keep_last) == (
+        20,
+        2,
+        5,
+        2,
+    )
+    assert notes == [
+        "carried over from the checkpoint: --log-every 2, --checkpoint-every 5, --keep-last 2 "
+        "(give a flag again to change it)"
+    ]
+    assert carry_over(saved, config, given=None) == (config, [])  # the library: as given
+    assert carry_over(None, config, given=set()) == (config, [])  # an older checkpoint
+
+
+def test_carry_over_of_a_damaged_record_is_refused():
+    saved = {**run_record(TrainConfig(out="runs/a"), "abc"), "keep_last": "two"}
+    with pytest.raises(ConfigurationError, match="--keep-last must be an integer >= 1"):
+        carry_over(saved, TrainConfig(out="runs/a", resume="auto"), given=set())

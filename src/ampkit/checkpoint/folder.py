@@ -32,7 +32,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from ampkit.checkpoint.weights import (
     refuse_nonfinite,
     write_weights,
 )
-from ampkit.errors import CheckpointError
+from ampkit.errors import CheckpointError, ConfigurationError
 
 __all__ = [
     "LAYOUTS",
@@ -58,6 +58,7 @@ __all__ = [
     "abort_checkpoint",
     "begin_checkpoint",
     "commit_checkpoint",
+    "damaged_list",
     "find_checkpoints",
     "latest_valid_checkpoint",
     "load_checkpoint",
@@ -295,11 +296,16 @@ def _manifest_problem(manifest: Any, folder: Path) -> str | None:
 def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     """Check a checkpoint folder against its manifest; return the manifest.
 
+    A sharded checkpoint's DCP index (a pickle) is also read, with the allow-list of
+    :mod:`ampkit.checkpoint.sharded`, so an index that would run code (or is not DCP's) fails
+    verification, and ``resume="auto"`` passes over it to an earlier checkpoint.
+
     Raises:
         CheckpointError: the folder, marker or a file is missing; the manifest is malformed
-            (not an object, wrong types, a file list other than its layout requires); or a
+            (not an object, wrong types, a file list other than its layout requires); a
             file's size or SHA-256 differs from the manifest (truncated, appended to, swapped
-            or corrupted); the message names the file.
+            or corrupted); or a sharded checkpoint's index is not plain DCP metadata; the
+            message names the file.
     """
     folder = Path(path)
     if folder.is_file():
@@ -349,6 +355,10 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
                 "SHA-256 differs from the manifest: truncated, appended to or bit-flipped). "
                 "Resume from another checkpoint."
             )
+    if manifest.get("layout") == "sharded":
+        from ampkit.checkpoint.sharded import check_index
+
+        check_index(folder / SHARDS)  # raises on an index that is not plain DCP metadata
     return manifest
 
 
@@ -510,34 +520,49 @@ def latest_valid_checkpoint(
     return None, problems
 
 
+def damaged_list(problems: Sequence[BaseException]) -> str:
+    """``N damaged: reason; reason; ...`` for every damaged checkpoint, newest first."""
+    return f"{len(problems)} damaged: " + "; ".join(str(p) for p in problems)
+
+
 def resolve_checkpoint(path: str | Path) -> tuple[Path, list[CheckpointError]]:
     """The checkpoint folder ``path`` names: a ``step-N`` folder itself, else the newest valid
     checkpoint in ``path`` (a checkpoints folder) or in ``path/checkpoints`` (a run folder);
     with the errors of newer damaged ones it skipped.
 
     Raises:
-        CheckpointError: nothing there, or no valid checkpoint in it (the newest problem is
-            named).
+        ConfigurationError: nothing is at ``path``, or it holds no checkpoint (the message
+            says where it looked).
+        CheckpointError: a ``step-N`` folder fails verification, or there are checkpoints but
+            none is valid (the reason of every damaged one is listed).
     """
     given = Path(path)
+    looked = (
+        f"looked for a step-NNNNNNNN checkpoint folder at {given}, or checkpoints in {given} "
+        f"(a checkpoints folder) and in {given / 'checkpoints'} (a run folder)"
+    )
+    if not given.exists():
+        raise ConfigurationError(
+            f"checkpoint: {given} does not exist ({looked}). Pass a run folder (ampkit train "
+            "--out DIR), its checkpoints folder or one step-NNNNNNNN folder."
+        )
     named = _NAME.match(given.name) is not None
     if given.is_dir() and (named or (given / _MANIFEST).exists() or (given / _MARKER).exists()):
         verify_checkpoint(given)
         return given, []
     if not given.is_dir():
-        verify_checkpoint(given)  # raises: missing, or a file
+        verify_checkpoint(given)  # raises: a file
     for root in (given, given / "checkpoints"):
         if find_checkpoints(root):
             info, problems = latest_valid_checkpoint(root)
             if info is None:
                 raise CheckpointError(
-                    f"checkpoint: no valid checkpoint in {root}; the newest is damaged: "
-                    f"{problems[0]}"
+                    f"checkpoint: no valid checkpoint in {root} ({damaged_list(problems)})"
                 )
             return info.path, problems
-    raise CheckpointError(
-        f"checkpoint: {given} holds no checkpoint. Pass a run folder (with checkpoints/), a "
-        "checkpoints folder or a step-NNNNNNNN folder."
+    raise ConfigurationError(
+        f"checkpoint: {given} holds no checkpoint ({looked}). Pass a run folder (with "
+        "checkpoints/), a checkpoints folder or a step-NNNNNNNN folder."
     )
 
 

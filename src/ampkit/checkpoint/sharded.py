@@ -43,6 +43,7 @@ __all__ = [
     "MODEL",
     "OPTIMIZER",
     "async_save",
+    "check_index",
     "checkpoint_shapes",
     "dcp_failure",
     "load_into",
@@ -173,11 +174,21 @@ def _planner() -> Any:
 def _index(folder: str | Path) -> Any:
     try:
         return _reader(folder).read_metadata()
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError) as exc:
+    except Exception as exc:  # unpickling damaged bytes raises many kinds of error
         raise CheckpointError(
             f"checkpoint: {Path(folder) / '.metadata'} is not a readable DCP index ({exc}). "
             "Resume from another checkpoint."
         ) from None
+
+
+def check_index(folder: str | Path) -> None:
+    """Read the DCP index of ``folder`` with the allow-list; raise if it is not plain DCP
+    metadata (a pickle that would run code, another object, damaged bytes).
+
+    Raises:
+        CheckpointError: the index cannot be read safely; the message names the file.
+    """
+    _index(folder)
 
 
 def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:

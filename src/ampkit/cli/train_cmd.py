@@ -105,7 +105,9 @@ def _positive_or_none(value: float) -> float | None:
     default=None,
     help="auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh "
     "in an empty OUT); or a checkpoint folder. Settings must match the checkpoint's, except "
-    "--steps, --lr (applied to the schedule) and the logging/checkpoint flags.",
+    "--steps, --lr (applied to the schedule) and the logging/checkpoint flags. Carried over "
+    "from the checkpoint unless given again: --steps, --log-every, --checkpoint-every, "
+    "--keep-last. A run that has done its steps is left as it is (nothing to do).",
 )
 @click.option(
     "--overwrite",
@@ -197,7 +199,7 @@ def train(**options: Any) -> None:
       ampkit train --precision bf16 --steps 100 --out runs/bf16
       ampkit train --data notes.txt --grad-accum 4 --max-grad-norm 0.5
       ampkit train --out runs/a --checkpoint-every 50 --keep-last 2
-      ampkit train --out runs/a --checkpoint-every 50 --resume auto   # after a crash
+      ampkit train --out runs/a --resume auto   # after a crash: same steps, checkpoints
       ampkit train --out runs/a --resume auto --precision bf16 --allow-precision-change
       ampkit train --nproc 2 --batch-size 8    # = torchrun --nproc_per_node=2 -m ampkit train
     """
@@ -211,15 +213,30 @@ def train(**options: Any) -> None:
     options["compile"] = True if options["compile_mode"] is not None else compile_
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
+    given = _given_on_command_line()
     if nproc > 1 and "LOCAL_RANK" not in os.environ:
-        sys.exit(_launch_torchrun(config, nproc))
+        sys.exit(_launch_torchrun(config, nproc, given))
     _tie_worker_to_agent()
     from ampkit.gpt.job import train as run_training
     from ampkit.trainer.callbacks import ProgressBar
 
-    summary = run_training(config, callbacks=[ProgressBar()] if show_progress else [])
+    summary = run_training(config, callbacks=[ProgressBar()] if show_progress else [], given=given)
     if os.environ.get("RANK", "0") == "0":
-        click.echo(_render_summary(summary))
+        click.echo(summary.nothing_to_do or _render_summary(summary))
+
+
+def _given_on_command_line() -> frozenset[str]:
+    """The options given on the command line (or by environment), not left at the default:
+    on resume the others of the carried settings come from the checkpoint."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    return frozenset(
+        name
+        for name in ctx.params
+        if ctx.get_parameter_source(name)
+        in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    )
 
 
 def _tie_worker_to_agent() -> None:
@@ -234,7 +251,7 @@ def _tie_worker_to_agent() -> None:
         die_with_parent(int(agent), signal.SIGKILL)
 
 
-def _launch_torchrun(config: TrainConfig, nproc: int) -> int:
+def _launch_torchrun(config: TrainConfig, nproc: int, given: frozenset[str]) -> int:
     """Check the run, hold ``--out``'s lock, and re-run this command under torchrun with
     ``nproc`` processes (:mod:`ampkit.cli.torchrun`); return its exit status."""
     import signal
@@ -242,7 +259,11 @@ def _launch_torchrun(config: TrainConfig, nproc: int) -> int:
     from ampkit.cli.torchrun import launch
     from ampkit.gpt.job import prepare_run
 
-    with prepare_run(config, world_size=nproc):
+    with prepare_run(config, world_size=nproc, given=given) as plan:
+        if plan.finished is not None:
+            click.echo(plan.finished)
+            return 0
+        config = plan.config or config
         result = launch(nproc, _without_nproc(sys.argv[1:]))
     more = (
         " Continue from the last checkpoint with --resume auto."

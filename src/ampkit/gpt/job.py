@@ -8,10 +8,12 @@ line draws the progress bar and the summary.
 from __future__ import annotations
 
 import functools
+import json
+import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
@@ -39,7 +41,12 @@ __all__ = ["TrainConfig", "TrainSummary", "prepare_run", "train"]
 
 @dataclass(frozen=True)
 class TrainSummary:
-    """What a run did, for the end-of-run summary and ``summary.json``."""
+    """What a run did, for the end-of-run summary and ``summary.json``.
+
+    ``nothing_to_do`` is set (to the line that says so) when the run was resumed after it had
+    already done all its steps: nothing was trained or written, and the other fields are
+    those of the earlier run's ``summary.json``.
+    """
 
     precision: str
     reason: str
@@ -62,6 +69,7 @@ class TrainSummary:
     lost_updates: float | None = None
     scale_history: list[tuple[int, float]] = field(default_factory=list)
     config: dict[str, object] = field(default_factory=dict)
+    nothing_to_do: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready values."""
@@ -118,7 +126,11 @@ def _process_device(config: TrainConfig) -> torch.device | str | None:
 
 @contextmanager
 def prepare_run(
-    config: TrainConfig, world_size: int, *, lock_shared_with: int | None = None
+    config: TrainConfig,
+    world_size: int,
+    *,
+    lock_shared_with: int | None = None,
+    given: Collection[str] | None = None,
 ) -> Iterator[RunPlan]:
     """Check everything a run needs before any process trains, and hold ``--out``.
 
@@ -136,6 +148,7 @@ def prepare_run(
         data_sha256=functools.cache(corpus.sha256),
         precision=mode.policy.precision,
         lock_shared_with=lock_shared_with,
+        given=given,
     ) as plan:
         yield plan
 
@@ -143,6 +156,8 @@ def prepare_run(
 def train(
     config: TrainConfig,
     callbacks: Sequence[Callback | Callable[[StepMetrics], None]] = (),
+    *,
+    given: Collection[str] | None = None,
 ) -> TrainSummary:
     """Train the built-in GPT as ``config`` says on :class:`~ampkit.Trainer`.
 
@@ -151,6 +166,12 @@ def train(
     this; ``batch_size`` is per process. With ``out``, rank 0 locks the folder for the run
     (:mod:`ampkit.gpt.run_folder`), and every checkpoint records the settings, which a resume
     compares with its own (:mod:`ampkit.gpt.resume`).
+
+    On resume, the settings of :data:`~ampkit.gpt.resume.CARRIED` (steps, log and checkpoint
+    intervals, keep-last) not named in ``given`` (the command line passes the flags it was
+    given) are taken from the checkpoint; ``given=None`` carries nothing. A resume of a run
+    that had already done its steps trains and writes nothing and returns the earlier run's
+    summary with ``nothing_to_do`` set.
 
     Raises:
         ConfigurationError: invalid settings, a precision the device cannot run, an ``out``
@@ -172,8 +193,40 @@ def train(
         data_sha256=digest,
         precision=mode.policy.precision,
         lock_shared_with=launched_by_ampkit(),
+        given=given,
     ) as plan:
+        config = plan.config or config
+        if plan.finished is not None:
+            return _earlier_summary(config, plan.finished)
         return _train(config, callbacks, corpus, mode, plan, digest)
+
+
+def _earlier_summary(config: TrainConfig, line: str) -> TrainSummary:
+    """The finished run's ``summary.json`` as a :class:`TrainSummary`, marked as nothing to do
+    (its fields are zero where the file cannot be read)."""
+    known = {f.name for f in fields(TrainSummary)}
+    try:
+        recorded = json.loads((Path(str(config.out)) / "summary.json").read_text())
+        values = {k: v for k, v in recorded.items() if k in known}
+        return TrainSummary(**{**values, "nothing_to_do": line})
+    except (OSError, ValueError, TypeError, AttributeError):
+        return TrainSummary(
+            precision="",
+            reason="",
+            device="",
+            data="",
+            parameters=0,
+            steps=0,
+            skipped_steps=0,
+            final_loss=math.nan,
+            final_scale=1.0,
+            tokens_per_s=0.0,
+            wall_s=0.0,
+            peak_memory_bytes=0,
+            peak_memory_kind="",
+            out=config.out,
+            nothing_to_do=line,
+        )
 
 
 def _train(

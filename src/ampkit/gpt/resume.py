@@ -13,7 +13,8 @@ of its text) as ``config`` in its manifest. On resume:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
+from dataclasses import replace
 from typing import Any
 
 from ampkit._files import json_safe
@@ -21,7 +22,15 @@ from ampkit.errors import ConfigurationError
 from ampkit.gpt.config import TrainConfig
 from ampkit.precision.policy import uses_loss_scaling
 
-__all__ = ["APPLIED", "FREE", "check_resume_config", "override_lr", "run_record"]
+__all__ = [
+    "APPLIED",
+    "CARRIED",
+    "FREE",
+    "carry_over",
+    "check_resume_config",
+    "override_lr",
+    "run_record",
+]
 
 #: Settings a resumed run may change: where and how often it writes, how long it runs, how
 #: the same computation is executed.
@@ -46,6 +55,10 @@ FREE = frozenset(
 )
 #: Settings a resumed run may change, applied on resume and reported.
 APPLIED = frozenset({"lr"})
+#: Settings a resume takes from the checkpoint's record unless given again (the command
+#: line's flags): how long the run is and how often it logs and checkpoints, so that
+#: ``--resume auto`` alone continues the run as it was started (``--keep-last 2`` included).
+CARRIED = ("steps", "log_every", "checkpoint_every", "keep_last")
 #: Loss-scaler settings: restored from the checkpoint under fp16, unused otherwise.
 _SCALER = frozenset({"init_scale", "growth_interval"})
 
@@ -53,6 +66,36 @@ _SCALER = frozenset({"init_scale", "growth_interval"})
 def run_record(config: TrainConfig, data_sha256: str) -> dict[str, Any]:
     """The settings recorded in each checkpoint: the config and the text's SHA-256."""
     return {**json_safe(config.to_dict()), "data_sha256": data_sha256}
+
+
+def carry_over(
+    saved: Mapping[str, Any] | None, config: TrainConfig, given: Collection[str] | None
+) -> tuple[TrainConfig, list[str]]:
+    """``config`` with the :data:`CARRIED` settings not in ``given`` taken from the
+    checkpoint's record ``saved``, and a note naming those that changed.
+
+    Args:
+        saved: the checkpoint's ``config`` record (None: nothing is carried).
+        config: this run's settings.
+        given: names of the settings given explicitly (the flags on the command line); None
+            takes every setting of ``config`` as given, so nothing is carried.
+
+    Raises:
+        ConfigurationError: a carried value is invalid (the record is damaged).
+    """
+    if saved is None or given is None:
+        return config, []
+    carried = {
+        name: saved[name]
+        for name in CARRIED
+        if name not in given and name in saved and saved[name] != getattr(config, name)
+    }
+    if not carried:
+        return config, []
+    updated = replace(config, **carried)
+    updated.validate()
+    shown = ", ".join(f"{_flag(name)} {_shown(name, value)}" for name, value in carried.items())
+    return updated, [f"carried over from the checkpoint: {shown} (give a flag again to change it)"]
 
 
 def _flag(name: str) -> str:
@@ -66,6 +109,8 @@ def _shown(name: str, value: Any) -> str:
         return "(the built-in corpus)"
     if isinstance(value, list):
         return " ".join(str(v) for v in value) or "(none)"
+    if value is None:
+        return "(none)"
     return str(value)
 
 

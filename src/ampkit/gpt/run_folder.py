@@ -9,14 +9,16 @@ one line, and nothing on disk changes when a run is refused:
 * a fresh run refuses a folder holding an earlier run's outputs unless ``--overwrite``;
 * ``--resume auto`` picks the newest checkpoint that verifies, and refuses to go on when there
   is none but earlier outputs exist (nothing to continue from, and starting fresh would mix);
-* the settings recorded in the checkpoint are compared with this run's
-  (:mod:`ampkit.gpt.resume`).
+* the settings recorded in the checkpoint are compared with this run's, and those not given
+  again (``--steps``, ``--log-every``, ``--checkpoint-every``, ``--keep-last``) are carried
+  over (:mod:`ampkit.gpt.resume`);
+* a resume of a run that has done all its steps and written its outputs does nothing.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ from ampkit._lock import LOCK_NAME, FolderLock
 from ampkit.checkpoint import folder as folder
 from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, StorageError
 from ampkit.gpt.config import TrainConfig
-from ampkit.gpt.resume import check_resume_config
+from ampkit.gpt.resume import carry_over, check_resume_config
 
 __all__ = ["OUTPUTS", "RunPlan", "earlier_outputs", "open_run_folder"]
 
@@ -43,11 +45,18 @@ class RunPlan:
             earlier outputs: start fresh), or None (a fresh run).
         saved_lr: the learning rate recorded in the checkpoint, when ``--lr`` now differs.
         notes: what was decided, for the run's summary.
+        config: the settings to run with: the given ones, with those carried over from the
+            checkpoint on resume (:func:`~ampkit.gpt.resume.carry_over`); None: unchanged.
+        finished: set when the run being resumed has already done its steps and written its
+            outputs: the one line saying so ("already at step N of N; nothing to do"). The
+            run then trains nothing and writes nothing.
     """
 
     resume: str | None = None
     saved_lr: float | None = None
     notes: list[str] = field(default_factory=list)
+    config: TrainConfig | None = None
+    finished: str | None = None
 
 
 def earlier_outputs(out: Path) -> list[str]:
@@ -92,6 +101,7 @@ def _plan(
     is_main: bool,
     data_sha256: Callable[[], str],
     precision: str,
+    given: Collection[str] | None,
 ) -> RunPlan:
     earlier = earlier_outputs(out)
     if config.resume is None:
@@ -114,7 +124,7 @@ def _plan(
         if info is None:
             files = [name for name in earlier if name != f"{CHECKPOINTS}/"]
             if files:
-                damaged = f" ({len(problems)} damaged: {problems[0]})" if problems else ""
+                damaged = f" ({folder.damaged_list(problems)})" if problems else ""
                 raise CheckpointError(
                     f"--resume auto: {checkpoints} holds no valid checkpoint{damaged}, so the "
                     f"earlier run in {out} ({', '.join(files)}) cannot be continued. To start "
@@ -133,6 +143,8 @@ def _plan(
             )
     manifest = folder.verify_checkpoint(path)
     saved = manifest.get("config")
+    config, carried = carry_over(saved if isinstance(saved, dict) else None, config, given)
+    notes += carried
     notes += check_resume_config(
         saved if isinstance(saved, dict) else None,
         config,
@@ -143,7 +155,25 @@ def _plan(
     )
     saved_lr = saved.get("lr") if isinstance(saved, dict) else None
     changed = saved_lr is not None and saved_lr != config.lr
-    return RunPlan(resume=str(path), saved_lr=saved_lr if changed else None, notes=notes)
+    return RunPlan(
+        resume=str(path),
+        saved_lr=saved_lr if changed else None,
+        notes=notes,
+        config=config,
+        finished=_finished(out, path, manifest["step"], config.steps),
+    )
+
+
+def _finished(out: Path, checkpoint: Path, step: int, steps: int) -> str | None:
+    """The "nothing to do" line when the checkpoint is at (or past) the last step and the
+    run's final outputs are there; else None (the resume writes what is missing)."""
+    if step < steps or not all((out / name).is_file() for name in OUTPUTS):
+        return None
+    where = f"of {steps}" if step == steps else f"(past --steps {steps})"
+    return (
+        f"already at step {step} {where} in {out} ({checkpoint.name}); nothing to do. Pass a "
+        "larger --steps to train further."
+    )
 
 
 @contextmanager
@@ -154,6 +184,7 @@ def open_run_folder(
     data_sha256: Callable[[], str],
     precision: str,
     lock_shared_with: int | None = None,
+    given: Collection[str] | None = None,
 ) -> Iterator[RunPlan]:
     """Create and lock ``config.out`` for the run (rank 0), check it, yield the plan.
 
@@ -167,6 +198,9 @@ def open_run_folder(
         data_sha256: returns the SHA-256 of the run's text (called only when resuming).
         precision: the resolved precision of this run.
         lock_shared_with: the ``--nproc`` launcher's PID, which holds the lock for its workers.
+        given: names of the settings given explicitly (the command line's flags); on resume
+            the others of :data:`~ampkit.gpt.resume.CARRIED` come from the checkpoint
+            (``RunPlan.config``). None: every setting is taken as given.
 
     Raises:
         ConfigurationError: ``--out`` cannot be created, holds an earlier run (without
@@ -186,7 +220,14 @@ def open_run_folder(
     lock = FolderLock(out, flag="--out", shared_with=lock_shared_with) if is_main else None
     with lock if lock is not None else nullcontext():
         try:
-            plan = _plan(config, out, is_main=is_main, data_sha256=data_sha256, precision=precision)
+            plan = _plan(
+                config,
+                out,
+                is_main=is_main,
+                data_sha256=data_sha256,
+                precision=precision,
+                given=given,
+            )
         except AmpkitError:
             if created:  # a refused run leaves no trace, not even the folder it made
                 (out / LOCK_NAME).unlink(missing_ok=True)

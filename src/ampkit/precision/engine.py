@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -29,6 +29,8 @@ from ampkit.precision.policy import Policy, precision_session, resolve_precision
 from ampkit.precision.scaler import LossScaler, ScalerStats
 
 if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import LRScheduler
+
     from ampkit.precision.fp8.planning import Fp8Plan
 
 __all__ = ["MixedPrecision", "StepResult", "loss_tensor", "validate_param_dtypes"]
@@ -98,6 +100,59 @@ def loss_tensor(loss: Any) -> torch.Tensor:
     raise ConfigurationError(
         f"mp.backward: got {seen}. Pass the scalar loss tensor, or a model output holding it "
         "(.loss, or a dict with 'loss'), e.g. mp.backward(outputs.loss)."
+    )
+
+
+def _check_grad_accum_steps(value: Any) -> None:
+    """The one check of ``grad_accum_steps`` (constructor and assignment)."""
+    if not is_int(value, 1):
+        raise ConfigurationError(
+            f"grad_accum_steps: {value!r} is invalid. It must be an integer >= 1 "
+            "(1 steps after every batch)."
+        )
+
+
+def _check_loss(loss: torch.Tensor, name: str, backward_kwargs: dict[str, Any]) -> None:
+    """Refuse a loss ``backward()`` cannot use, naming its shape and ``requires_grad``."""
+    if loss.numel() != 1 and backward_kwargs.get("gradient") is None:
+        raise ConfigurationError(
+            f"mp.backward: {name} has shape {tuple(loss.shape)}, not a scalar; backward needs "
+            "one number. Reduce it first (loss.mean() or loss.sum()), or pass gradient=..."
+        )
+    if not loss.requires_grad:
+        raise ConfigurationError(
+            f"mp.backward: {name} (shape {tuple(loss.shape)}) has requires_grad=False and no "
+            "grad_fn, so there is nothing to backpropagate: it was computed under "
+            "torch.no_grad()/torch.inference_mode(), from .detach()ed tensors, or from a model "
+            "whose parameters all have requires_grad=False. Compute it with gradients enabled."
+        )
+
+
+def _check_optimizers(optimizers: list[Any]) -> None:
+    if not optimizers or not all(isinstance(o, torch.optim.Optimizer) for o in optimizers):
+        seen = [type(o).__name__ for o in optimizers]
+        raise ConfigurationError(
+            f"mp.step: expected a torch.optim.Optimizer or a list of them, got {seen or 'none'}."
+        )
+    if len({id(o) for o in optimizers}) != len(optimizers):
+        raise ConfigurationError(
+            "mp.step: the same optimizer appears twice in the list; pass each once."
+        )
+
+
+def _check_has_gradients(optimizer: torch.optim.Optimizer, count: int) -> None:
+    """Refuse an optimizer none of whose parameters received a gradient in the window: its
+    step would change nothing, silently (an optimizer over another model's parameters)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if any(p.grad is not None for p in params):
+        return
+    which = "the optimizer" if count == 1 else f"one of the {count} optimizers"
+    raise ConfigurationError(
+        f"mp.step: none of the {len(params)} parameters of {which} "
+        f"({type(optimizer).__name__}) received a gradient since the last step, so its step "
+        "would change nothing. Build the optimizer over the parameters of the model the loss "
+        "comes from (torch.optim.AdamW(model.parameters())), and check that they have "
+        "requires_grad=True."
     )
 
 
@@ -189,11 +244,7 @@ class MixedPrecision:
         update_compensation: str | None = None,
         bf16_true_keep_fp32: Sequence[str | type[torch.nn.Module]] | None = None,
     ) -> None:
-        if not is_int(grad_accum_steps, 1):
-            raise ConfigurationError(
-                f"grad_accum_steps: {grad_accum_steps!r} is invalid. It must be an integer >= 1 "
-                "(1 steps after every batch)."
-            )
+        _check_grad_accum_steps(grad_accum_steps)
         if max_grad_norm is not None and not is_number(max_grad_norm, 0, open_low=True):
             raise ConfigurationError(
                 f"max_grad_norm: {max_grad_norm!r} is invalid. Use a positive finite number, or "
@@ -222,10 +273,11 @@ class MixedPrecision:
         #: The precision mode: every precision-specific step of the engine is one of its hooks.
         self.mode: PrecisionMode = mode
         self.policy: Policy = mode.policy
-        self.grad_accum_steps = grad_accum_steps
+        self._micro_step = 0
+        self._grad_accum_steps: int = grad_accum_steps
         self.max_grad_norm = max_grad_norm
         self.scaler = self._check_scaler(scaler, process_group)
-        self._micro_step = 0
+        self._stepped_since_backward: tuple[int, ...] = ()
         self._session: contextlib.ExitStack | None = None
         self._checked_optimizers: set[int] = set()
 
@@ -306,6 +358,23 @@ class MixedPrecision:
         return self.scaler.stats
 
     @property
+    def grad_accum_steps(self) -> int:
+        """Micro-batches per optimizer step. Assigning it is checked as the constructor checks
+        the argument, and only allowed between windows (right after a step)."""
+        return self._grad_accum_steps
+
+    @grad_accum_steps.setter
+    def grad_accum_steps(self, value: int) -> None:
+        _check_grad_accum_steps(value)
+        if self._micro_step and value != self._grad_accum_steps:
+            raise ScalerStateError(
+                f"grad_accum_steps: cannot change from {self._grad_accum_steps} to {value} in "
+                f"the middle of an accumulation window ({self._micro_step} micro-batches "
+                "done); change it right after mp.step() ended a window."
+            )
+        self._grad_accum_steps = value
+
+    @property
     def micro_step(self) -> int:
         """Micro-batches accumulated since the last optimizer step (0 right after a step)."""
         return self._micro_step
@@ -349,28 +418,45 @@ class MixedPrecision:
         """Run backward on ``loss / grad_accum_steps``, multiplied by the loss scale for fp16.
 
         ``loss`` is the scalar loss tensor, or a model output holding it (an object with
-        ``.loss`` such as a Hugging Face ``ModelOutput``, or a dict with ``"loss"``).
+        ``.loss`` such as a Hugging Face ``ModelOutput``, or a dict with ``"loss"``), or a list
+        of them: several losses of one micro-batch (PyTorch's AMP example with two models and
+        two losses). Each is scaled and backpropagated in order, as separate ``backward()``
+        calls; all but the last keep the graph (``retain_graph=True``) unless
+        ``retain_graph`` is given.
 
         Raises:
-            ConfigurationError: ``loss`` holds no loss tensor (see :func:`loss_tensor`).
+            ConfigurationError: ``loss`` holds no loss tensor (see :func:`loss_tensor`), or a
+                loss is not a scalar or does not require grad (the message names its shape
+                and ``requires_grad``).
             ScalerStateError: more backward calls than ``grad_accum_steps`` without a ``step``.
         """
-        loss = loss_tensor(loss)
+        many = isinstance(loss, (list, tuple))
+        losses = [loss_tensor(item) for item in loss] if many else [loss_tensor(loss)]
+        if not losses:
+            raise ConfigurationError("mp.backward: got an empty list of losses; pass at least one.")
+        for index, tensor in enumerate(losses):
+            _check_loss(tensor, f"loss {index}" if many else "the loss", backward_kwargs)
         if self._micro_step >= self.grad_accum_steps:
             raise ScalerStateError(
                 f"backward() was called {self._micro_step + 1} times without step(), but "
                 f"grad_accum_steps={self.grad_accum_steps}. Call mp.step(optimizer) after each "
-                "backward(); it steps on the last micro-batch of every window."
+                "micro-batch; it steps on the last micro-batch of every window. Several losses "
+                "of one micro-batch go in one call: mp.backward([loss0, loss1])."
             )
-        if self.grad_accum_steps > 1:
-            loss = loss / self.grad_accum_steps
-        self.scaler.scale(loss).backward(**backward_kwargs)
+        for index, tensor in enumerate(losses):
+            kwargs = dict(backward_kwargs)
+            if index < len(losses) - 1:
+                kwargs.setdefault("retain_graph", True)
+            if self.grad_accum_steps > 1:
+                tensor = tensor / self.grad_accum_steps
+            self.scaler.scale(tensor).backward(**kwargs)
         self._micro_step += 1
+        self._stepped_since_backward = ()
 
     def step(
         self,
-        optimizer: torch.optim.Optimizer,
-        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+        scheduler: LRScheduler | Sequence[LRScheduler] | None = None,
     ) -> StepResult:
         """End the micro-batch; on the last one of the window, update the weights.
 
@@ -379,42 +465,87 @@ class MixedPrecision:
         scale, step ``scheduler`` only if the optimizer stepped, and
         ``optimizer.zero_grad(set_to_none=True)``. One GPU sync for fp16 (the skip decision).
 
+        Several optimizers (two models, PyTorch's AMP example) step together: pass them in
+        one call, ``mp.step([opt0, opt1])`` (and their schedulers as a list). Each is stepped
+        once; one decision to skip holds for all (an inf/NaN in any gradient of any of them,
+        on any rank, skips every one); clipping is over all their parameters together (one
+        norm); the scale is updated once per window. A second ``step`` with another optimizer
+        right after a ``step`` is refused: the first one has already decided for its own.
+
         The first call with an optimizer checks its parameters' dtypes
         (:func:`validate_param_dtypes`).
 
         Raises:
             ScalerStateError: ``step`` without a ``backward`` since the last step.
-            ConfigurationError: fp16/bf16 parameters the precision does not expect.
+            ConfigurationError: fp16/bf16 parameters the precision does not expect, or an
+                optimizer none of whose parameters received a gradient in the window (it is
+                over another model's parameters, or all of them are frozen).
         """
-        if id(optimizer) not in self._checked_optimizers:
-            validate_param_dtypes(optimizer, self.policy)
-            self._checked_optimizers.add(id(optimizer))
-        if self._micro_step == 0:
+        optimizers = (
+            list(optimizer)
+            if isinstance(optimizer, (list, tuple))
+            else cast(list[torch.optim.Optimizer], [optimizer])
+        )
+        _check_optimizers(optimizers)
+        for opt in optimizers:
+            if id(opt) not in self._checked_optimizers:
+                validate_param_dtypes(opt, self.policy)
+                self._checked_optimizers.add(id(opt))
+        ids = tuple(id(opt) for opt in optimizers)
+        if self._stepped_since_backward and ids != self._stepped_since_backward:
+            raise ScalerStateError(
+                "step() was called again, with another optimizer, right after step() and with "
+                "no backward() between; the first step already decided for its optimizer "
+                "alone. Optimizers of one iteration step together, with one skip decision: "
+                "pass them in one call, mp.step([optimizer0, optimizer1])."
+            )
+        if self._micro_step == 0 or self._stepped_since_backward:
             raise ScalerStateError(
                 "step() was called with no backward() since the last step. Call "
                 "mp.backward(loss) for every micro-batch, then mp.step(optimizer)."
             )
         if self._micro_step < self.grad_accum_steps:
+            self._stepped_since_backward = ids
             return StepResult(
                 stepped=False,
                 skipped=False,
                 scale=self.scaler.get_scale(),
                 micro_step=self._micro_step,
             )
+        for opt in optimizers:  # before anything changes: a refused step can be retried
+            _check_has_gradients(opt, len(optimizers))
+        self._stepped_since_backward = ids
         micro = self._micro_step
         self._micro_step = 0
-        self.mode.before_optimizer_step(optimizer)
-        self.scaler.unscale_(optimizer)
+        for opt in optimizers:
+            self.mode.before_optimizer_step(opt)
+            self.scaler.unscale_(opt)
         norm = None
         if self.max_grad_norm is not None:
-            params = [p for group in optimizer.param_groups for p in group["params"]]
+            params = list(
+                {
+                    id(p): p
+                    for opt in optimizers
+                    for group in opt.param_groups
+                    for p in group["params"]
+                }.values()
+            )
             norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
-        stepped = self.scaler.step(optimizer)
+        stepped = self.scaler.step_all(optimizers)
         self.scaler.update()
-        self.mode.after_optimizer_step(optimizer, stepped)
-        if stepped and scheduler is not None:
-            scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        for opt in optimizers:
+            self.mode.after_optimizer_step(opt, stepped)
+        schedulers = (
+            list(scheduler)
+            if isinstance(scheduler, (list, tuple))
+            else cast(list[Any], [scheduler])
+        )
+        if stepped:
+            for sched in schedulers:
+                if sched is not None:
+                    sched.step()
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
         return StepResult(
             stepped=stepped,
             skipped=not stepped,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,6 +309,55 @@ class LossScaler:
             optimizer.step()
         record.state = _OptState.STEPPED
         return not record.skipped
+
+    def step_all(self, optimizers: Sequence[torch.optim.Optimizer]) -> bool:
+        """Step every optimizer of one iteration, or none of them: one decision to skip.
+
+        Unscales those not unscaled yet, reduces their inf/NaN flags to one decision (one GPU
+        sync, one all-reduce under ``torch.distributed``), then calls ``step()`` on each unless
+        any gradient of any of them is inf/NaN. ``torch.amp.GradScaler`` decides per
+        optimizer (one optimizer may step while another skips); calling :meth:`step` once
+        per optimizer does the same here.
+
+        Returns:
+            True if the optimizers stepped, False if the step was skipped for all of them.
+
+        Raises:
+            ScalerStateError: an optimizer was already stepped since the last ``update()``.
+            ConfigurationError: ``optimizers`` is empty or names one optimizer twice.
+        """
+        optimizers = list(optimizers)
+        if not optimizers or len({id(o) for o in optimizers}) != len(optimizers):
+            raise ConfigurationError(
+                f"LossScaler.step_all: got {len(optimizers)} optimizers, some of them the same "
+                "one or none at all; pass each optimizer of the iteration once."
+            )
+        if len(optimizers) == 1:
+            return self.step(optimizers[0])
+        records = [self._record_for(o) for o in optimizers]
+        if any(r.state is _OptState.STEPPED for r in records):
+            raise ScalerStateError(
+                "step_all() got an optimizer already stepped since the last update(). "
+                + _CALL_ORDER
+            )
+        if not self._enabled:
+            for optimizer, record in zip(optimizers, records, strict=True):
+                optimizer.step()
+                record.state = _OptState.STEPPED
+            return True
+        found: dict[torch.device, torch.Tensor] = {}
+        for optimizer, record in zip(optimizers, records, strict=True):
+            if record.state is _OptState.READY:
+                self.unscale_(optimizer)
+            for device, flag in (record.found_inf or {}).items():
+                found[device] = flag if device not in found else torch.maximum(found[device], flag)
+        skipped = self._found_inf(found)
+        for optimizer, record in zip(optimizers, records, strict=True):
+            if not skipped:
+                optimizer.step()
+            record.skipped = skipped
+            record.state = _OptState.STEPPED
+        return not skipped
 
     def update(self) -> None:
         """Adjust the scale from this iteration's overflow result, once per iteration.
