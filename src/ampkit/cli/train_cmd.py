@@ -185,6 +185,14 @@ def _positive_or_none(value: float) -> float | None:
     "(warns: small updates are lost). [default: kahan]",
 )
 @click.option(
+    "--logger",
+    "loggers",
+    multiple=True,
+    type=click.Choice(["tensorboard", "mlflow", "wandb"]),
+    help="Also send the logged steps to this tracker (repeatable): tensorboard "
+    "(OUT/tensorboard), mlflow (a file store in OUT/mlruns), wandb (offline, in OUT).",
+)
+@click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
 )
 def train(**options: Any) -> None:

@@ -8,7 +8,10 @@ from typing import Any
 from ampkit._validate import is_int, is_number
 from ampkit.errors import ConfigurationError
 
-__all__ = ["TrainConfig"]
+__all__ = ["LOGGERS", "TrainConfig"]
+
+#: The experiment trackers ``ampkit train --logger`` can send the logged steps to.
+LOGGERS = ("tensorboard", "mlflow", "wandb")
 
 #: The largest ``--seed`` (in absolute value) the samplers can derive their seeds from.
 _SEED_MAX = 2**32 - 1
@@ -50,6 +53,10 @@ class TrainConfig:
         keep_fp32: module names of the GPT to run in fp32 under autocast.
         detect_nonfinite: stop at the first inf/NaN and name the module that made it.
         update_compensation: bf16-true only: ``kahan`` (default), ``stochastic`` or ``none``.
+        loggers: experiment trackers that get every logged step besides ``metrics.jsonl``:
+            ``tensorboard`` (under ``out/tensorboard``; also on by itself when installed and
+            ``out`` is set), ``mlflow`` (a file store under ``out/mlruns``, or MLflow's own
+            setting without ``out``), ``wandb`` (offline, under ``out``).
     """
 
     precision: str = "auto"
@@ -82,6 +89,7 @@ class TrainConfig:
     detect_nonfinite: bool = False
     overwrite: bool = False
     update_compensation: str | None = None
+    loggers: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Raise one :class:`ConfigurationError` listing every invalid setting.
@@ -199,6 +207,12 @@ class TrainConfig:
                 isinstance(self.keep_fp32, (tuple, list))
                 and all(isinstance(m, str) for m in self.keep_fp32),
                 "module names",
+            ),
+            (
+                "loggers",
+                isinstance(self.loggers, (tuple, list))
+                and all(name in LOGGERS for name in self.loggers),
+                f"names from {', '.join(LOGGERS)}",
             ),
         ]
         return checks

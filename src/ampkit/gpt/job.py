@@ -21,7 +21,7 @@ import torch
 
 from ampkit._files import write_json
 from ampkit._process import launched_by_ampkit
-from ampkit.errors import ConfigurationError, StorageError
+from ampkit.errors import ConfigurationError, MissingDependencyError, StorageError
 from ampkit.gpt.config import TrainConfig
 from ampkit.gpt.resume import override_lr, run_record
 from ampkit.gpt.run_folder import RunPlan, open_run_folder
@@ -100,6 +100,40 @@ class _ApplyLr(Callback):
     def on_fit_start(self, trainer: TrainerView) -> None:
         if trainer.resumed_from is not None:
             override_lr(self.parts["optimizer"], self.parts.get("scheduler"), self.lr)
+
+
+def _loggers(config: TrainConfig, out: Path | None) -> list[Callback]:
+    """The trackers of ``--logger`` (TensorBoard also without it, when installed and the run
+    has ``--out``).
+
+    Raises:
+        MissingDependencyError: a tracker's package is not installed.
+    """
+    import importlib.util
+
+    from ampkit.trainer.loggers import MLflowLogger, WandbLogger
+
+    install = {
+        "tensorboard": "tensorboard",
+        "mlflow": "'ampkit[mlflow]'",
+        "wandb": "'ampkit[wandb]'",
+    }
+    for name in config.loggers:
+        if importlib.util.find_spec(name) is None:
+            raise MissingDependencyError(
+                f"logger: {name} was asked for, but the {name} package is not installed. "
+                f"Install it (pip install {install[name]}), or drop the {name} logger.",
+                argument="logger",
+            )
+    chosen: list[Callback] = []
+    if "tensorboard" in config.loggers or (out and TensorBoard.available()):
+        chosen.append(TensorBoard((out or Path(".")) / "tensorboard"))
+    if "mlflow" in config.loggers:
+        uri = out / "mlruns" if out else None
+        chosen.append(MLflowLogger(uri, run_name=out.name if out else None))
+    if "wandb" in config.loggers:
+        chosen.append(WandbLogger(dir=out, name=out.name if out else None))
+    return chosen
 
 
 def _resolve(
@@ -297,7 +331,7 @@ def _train(
         ),
         callbacks=[
             *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
-            *([TensorBoard(out / "tensorboard")] if out and TensorBoard.available() else []),
+            *_loggers(config, out),
             *([NonFiniteMonitor(strict=True)] if config.detect_nonfinite else []),
             *([_ApplyLr(config.lr, parts)] if plan.saved_lr is not None else []),
         ],

@@ -49,6 +49,7 @@ FREE = frozenset(
         "strategy",
         "device",
         "detect_nonfinite",
+        "loggers",
         "precision",  # compared as resolved (fp32, bf16, fp16), not as spelled
         "data",  # compared by content (data_sha256) when recorded
     }
