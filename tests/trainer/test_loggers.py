@@ -17,6 +17,7 @@ from torch import nn
 
 from ampkit import Trainer
 from ampkit.errors import MissingDependencyError
+from ampkit.trainer import LoggingConfig
 from ampkit.trainer.callbacks import Callback
 from ampkit.trainer.loggers import MLflowLogger, WandbLogger
 
@@ -31,12 +32,7 @@ def dataset(n: int = 64) -> torch.utils.data.TensorDataset:
 
 
 def logging_options(metrics_file: Path) -> dict:
-    """Log every 2 steps to ``metrics_file``, no bar: a LoggingConfig where the Trainer takes
-    one (its grouped settings), else the flat arguments of the Trainer before them."""
-    try:
-        from ampkit.trainer import LoggingConfig
-    except ImportError:
-        return dict(log_every=2, metrics_file=metrics_file, progress_bar=False)
+    """Log every 2 steps to ``metrics_file``, no bar."""
     return dict(logging=LoggingConfig(log_every=2, metrics_file=metrics_file, progress_bar=False))
 
 
