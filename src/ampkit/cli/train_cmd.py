@@ -195,6 +195,22 @@ def _positive_or_none(value: float) -> float | None:
 @click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
 )
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, path_type=str),
+    is_eager=True,
+    expose_value=False,
+    callback=lambda ctx, _param, value: _read_config_file(ctx, value),
+    help="Read the settings from this TOML file: every option as a key (steps = 300, "
+    'keep-fp32 = ["head"]), plus init_scale, growth_interval, warmup_steps, weight_decay. '
+    "Options on the command line override the file.",
+)
+@click.option(
+    "--print-config",
+    is_flag=True,
+    help="Print the effective settings as TOML (what --config reads) and exit without training.",
+)
 def train(**options: Any) -> None:
     """Train a small GPT-style byte-level model with mixed precision.
 
@@ -210,10 +226,13 @@ def train(**options: Any) -> None:
       ampkit train --out runs/a --resume auto   # after a crash: same steps, checkpoints
       ampkit train --out runs/a --resume auto --precision bf16 --allow-precision-change
       ampkit train --nproc 2 --batch-size 8    # = torchrun --nproc_per_node=2 -m ampkit train
+      ampkit train --print-config > run.toml   # then: ampkit train --config run.toml
     """
     import os
 
     nproc = options.pop("nproc")
+    print_config = options.pop("print_config")
+    options.update(click.get_current_context().meta.get(_FILE_ONLY, {}))
     if nproc < 1:
         raise click.BadParameter(f"{nproc} is invalid; use 1 or more.", param_hint="--nproc")
     show_progress = options.pop("progress") and os.environ.get("RANK", "0") == "0"
@@ -221,6 +240,9 @@ def train(**options: Any) -> None:
     options["compile"] = True if options["compile_mode"] is not None else compile_
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     config = TrainConfig(**options)
+    if print_config:
+        click.echo(config_as_toml(config, nproc), nl=False)
+        return
     given = _given_on_command_line()
     if nproc > 1 and "LOCAL_RANK" not in os.environ:
         sys.exit(_launch_torchrun(config, nproc, given))
@@ -239,12 +261,98 @@ def _given_on_command_line() -> frozenset[str]:
     from click.core import ParameterSource
 
     ctx = click.get_current_context()
+    given = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT, ParameterSource.DEFAULT_MAP)
     return frozenset(
-        name
-        for name in ctx.params
-        if ctx.get_parameter_source(name)
-        in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
-    )
+        name for name in ctx.params if ctx.get_parameter_source(name) in given
+    ) | frozenset(ctx.meta.get(_FILE_ONLY, {}))
+
+
+#: Where --config leaves the settings that have no option of their own (ctx.meta key).
+_FILE_ONLY = "ampkit.train.file_only"
+#: TrainConfig settings a --config file may set that have no command-line option.
+_FILE_ONLY_KEYS = ("init_scale", "growth_interval", "warmup_steps", "weight_decay")
+#: Keys whose option has another parameter name.
+_PARAM_OF = {"compile": "compile_"}
+
+
+def _read_config_file(ctx: click.Context, path: str | None) -> None:
+    """``--config FILE``: the file's settings become the options' defaults (so the command
+    line overrides them); settings without an option are kept for TrainConfig.
+
+    Raises:
+        click.BadParameter: the file cannot be read, is not TOML, or has an unknown key or a
+            value of the wrong kind (exit 2, before any work).
+    """
+    if path is None:
+        return
+    from pathlib import Path
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ModuleNotFoundError:
+            raise click.BadParameter(
+                "reading TOML needs Python 3.11+ or the tomli package (pip install tomli).",
+                param_hint="--config",
+            ) from None
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot read {path} ({exc.strerror or exc}).", param_hint="--config"
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(
+            f"{path} is not valid TOML: {exc}.", param_hint="--config"
+        ) from None
+    params = {p.name for p in ctx.command.params if p.name} - {"print_config", "config_file"}
+    defaults: dict[str, Any] = {}
+    file_only: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        name = _PARAM_OF.get(name, name)
+        if isinstance(value, dict):
+            raise click.BadParameter(
+                f"{path}: [{key}] is a table; write the settings as top-level keys (steps = 300).",
+                param_hint="--config",
+            )
+        if name in _FILE_ONLY_KEYS:
+            file_only[name] = value
+        elif name in params:
+            defaults[name] = value
+        else:
+            allowed = sorted(n.rstrip("_").replace("_", "-") for n in params | set(_FILE_ONLY_KEYS))
+            raise click.BadParameter(
+                f"{path}: unknown setting {key!r}. Known: {', '.join(allowed)}.",
+                param_hint="--config",
+            )
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    ctx.meta[_FILE_ONLY] = file_only
+
+
+def config_as_toml(config: TrainConfig, nproc: int = 1) -> str:
+    """The settings as a TOML document ``--config`` reads back (None values are left out:
+    TOML has no null, and a left-out key keeps its default)."""
+    import json
+
+    lines = [f"nproc = {nproc}"]
+    for key, value in config.to_dict().items():
+        if value is None and key == "max_grad_norm":
+            value = 0  # the command line's "no clipping" (its default is 1.0)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, (int, float)):
+            text = repr(value)
+        elif isinstance(value, (list, tuple)):
+            text = "[" + ", ".join(json.dumps(item) for item in value) + "]"
+        else:
+            text = json.dumps(str(value))
+        lines.append(f"{key} = {text}")
+    return "\n".join(lines) + "\n"
 
 
 def _tie_worker_to_agent() -> None:
