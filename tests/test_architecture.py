@@ -104,6 +104,7 @@ LAYERS: tuple[frozenset[str], ...] = (
             "_process",
             "_stack",
             "_text_table",
+            "_torch",
             "_tree",
             "_validate",
         }

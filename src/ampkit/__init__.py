@@ -138,10 +138,18 @@ _EXPORTS: dict[str, str] = {
 }
 
 
+#: Modules of public names that import no torch (everything else needs it installed).
+_TORCH_FREE = frozenset({"ampkit.errors", "ampkit.gpt.config"})
+
+
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'ampkit' has no attribute {name!r}")
+    if module not in _TORCH_FREE:
+        from ampkit._torch import require_torch
+
+        require_torch(f"ampkit.{name}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -74,6 +74,12 @@ class _AmpkitGroup(click.Group):
                 return super().invoke(ctx)
         except AmpkitError as exc:
             _fail(_spoken_as_flag(exc), exc.exit_code)
+        except ModuleNotFoundError as exc:
+            if exc.name != "torch":
+                raise
+            from ampkit._torch import torch_missing_message
+
+            _fail(torch_missing_message(f"ampkit {ctx.invoked_subcommand}"), 2)
         except OSError as exc:
             if exc.errno not in _STORAGE_ERRNOS:
                 raise

@@ -160,7 +160,10 @@ $ python benchmarks/lint_real.py cost CHECKOUTS --repeat 2
 ## pre-commit
 
 The repository ships a hook definition (`.pre-commit-hooks.yaml`, hooks `ampkit-lint` and
-`ampkit-lint-fix`). Point `repo` at wherever you get ampkit from:
+`ampkit-lint-fix`). ampkit declares no torch dependency, so the hook's environment (and
+`pipx run`) installs the linter without torch (`tests/test_packaging.py` installs it into a
+bare venv, checks that no torch or nvidia package came with it, and lints). Point `repo` at
+wherever you get ampkit from:
 
 ```yaml
 repos:
