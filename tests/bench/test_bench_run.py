@@ -37,6 +37,8 @@ def test_gpt_fp32_vs_bf16():
     assert fp32.mfu is None  # CPU: no peak table
     assert report.verdict.pays_off is not None and report.verdict.text
     assert "fp32" in report.render() and report.verdict.text in report.render()
+    inline = report._repr_html_()  # the notebook shows the printed table
+    assert inline.startswith("<pre>") and "fp32" in inline and inline.endswith("</pre>")
 
 
 def test_json_document(tmp_path):

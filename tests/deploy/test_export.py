@@ -43,6 +43,8 @@ def test_gpt_fp16_onnx_is_half_the_size_and_agrees_with_fp32(tmp_path):
     assert [o.type.tensor_type.elem_type for o in graph.output] == [FP32]  # keep_io_types
     assert {r for r in result.fp32_nodes.values()} >= {"op:LayerNormalization", "op:Softmax"}
     assert check_dtypes(onnx.load(str(out))) == []
+    inline = result._repr_html_()  # the notebook shows the text report
+    assert inline.startswith("<pre>") and "fp16" in inline
 
     assert result.passed and [r.runtime.split()[0] for r in result.parity] == [
         "onnxruntime",

@@ -132,3 +132,12 @@ def test_histograms_are_log_scaled_so_a_small_tail_shows():
     low, high = ax.get_ylim()
     assert ax.get_yscale() == "log"
     assert low < 0.002 / 2 and high > 0.998  # the tail's bar spans over half a decade
+
+
+def test_the_notebook_shows_the_same_page(page):
+    """``_repr_html_`` (Jupyter's inline display) is the page ``to_html`` writes."""
+    model, closure = overflowing()
+    report = ampkit.diagnose(model, closure, "fp16", steps=1)
+    inline = report._repr_html_()
+    assert inline.startswith("<!DOCTYPE html>") and "<h1>ampkit doctor: fp16" in inline
+    assert "Recommendation" in inline and "<script" not in inline

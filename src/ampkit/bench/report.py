@@ -274,6 +274,12 @@ class BenchReport:
         """Write :meth:`to_dict` to ``path`` as indented JSON."""
         atomic_write(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
+    def _repr_html_(self) -> str:
+        """The terminal table and verdict, inline in a notebook (monospaced, as printed)."""
+        import html
+
+        return f"<pre>{html.escape(self.render())}</pre>"
+
     def render(self) -> str:
         """The terminal table, the header lines and the verdict."""
         cuda = self.device.startswith("cuda")

@@ -53,6 +53,13 @@ class ExportResult:
         """Every parity table passed (True when the check was switched off)."""
         return all(report.passed for report in self.parity)
 
+    def _repr_html_(self) -> str:
+        """The export's text report (size, fp32 nodes, the parity table), inline in a
+        notebook."""
+        import html
+
+        return f"<pre>{html.escape(self.to_text())}</pre>"
+
     def to_text(self) -> str:
         """A short summary and the parity table."""
         where = self.path or "(nothing written: the parity check failed)"

@@ -206,6 +206,14 @@ def _findings_table(report: ReportView) -> str:
 
 def write_html(report: ReportView, path: Path) -> Path:
     """Render ``report`` to ``path`` (parent folders are created) and return the path."""
+    text = render_html(report)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def render_html(report: ReportView) -> str:
+    """The self-contained HTML page of ``report`` (inline plots, no network)."""
     rec = report.recommendation
     named = {f.module for f in report.findings}
     rows = sorted(report.rows, key=lambda r: r.name not in named)  # findings first, stable
@@ -262,6 +270,4 @@ def write_html(report: ReportView, path: Path) -> Path:
             f"<pre>{html.escape(format_precision_map(report.precision_map))}</pre>",
         ]
     parts.append("</body></html>")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(parts), encoding="utf-8")
-    return path
+    return "\n".join(parts)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ampkit._files import atomic_write, json_safe
-from ampkit.doctor.html import write_html
+from ampkit.doctor.html import render_html, write_html
 from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, Recommendation
 from ampkit.doctor.text import render_text
 from ampkit.precision.modes.base import DoctorSection
@@ -110,3 +110,7 @@ class NumericsReport:
     def to_html(self, path: str | Path) -> Path:
         """Write a self-contained HTML report (inline plots, no network) to ``path``."""
         return write_html(self, Path(path))
+
+    def _repr_html_(self) -> str:
+        """The HTML report of ``to_html``, inline in a notebook."""
+        return render_html(self)
