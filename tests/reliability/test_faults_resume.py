@@ -171,3 +171,38 @@ def test_a_dcp_index_that_would_run_code_is_passed_over_by_resume_auto(tmp_path)
     assert exported.code == 0, exported
     assert "step-00000001" in exported.stdout and "not a readable DCP index" in exported.stderr
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_full_state_that_would_run_code_is_passed_over_by_resume_auto(tmp_path):
+    """A ``state.pt`` pickle that would run code, its manifest hash fixed by an attacker:
+    refused at verification (nothing runs), so ``resume="auto"`` takes the previous one."""
+    import ampkit
+
+    root = tmp_path / "checkpoints"
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    data = torch.utils.data.TensorDataset(torch.randn(32, 4), torch.randn(32, 2))
+    ampkit.Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        loss_fn=torch.nn.functional.mse_loss,
+        max_steps=4,
+        precision="fp32",
+        device="cpu",
+        batch_size=4,
+        checkpoint=ampkit.CheckpointConfig(root, every=2),
+        logging=ampkit.LoggingConfig(progress_bar=False),
+    ).fit(data)
+    newest = root / "step-00000004"
+    state = newest / "state.pt"
+    state.write_bytes(pickle.dumps(_RunsCode(tmp_path / "ran")))
+    manifest = json.loads((newest / "manifest.json").read_text())
+    manifest["files"]["state.pt"] = {
+        "sha256": hashlib.sha256(state.read_bytes()).hexdigest(),
+        "bytes": state.stat().st_size,
+    }
+    (newest / "manifest.json").write_text(json.dumps(manifest))
+    path, notes = find_resume_checkpoint(root, "auto")
+    assert path is not None and path.name == "step-00000002"
+    assert len(notes) == 1 and "could not be loaded safely" in notes[0], notes
+    assert not (tmp_path / "ran").exists()

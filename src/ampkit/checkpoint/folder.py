@@ -359,7 +359,28 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
         from ampkit.checkpoint.sharded import check_index
 
         check_index(folder / SHARDS)  # raises on an index that is not plain DCP metadata
+    elif (folder / _STATE).is_file():
+        _check_state(folder / _STATE)
     return manifest
+
+
+def _check_state(file: Path) -> None:
+    """Refuse a ``state.pt`` whose pickle is not plain data, reading only the pickle: the
+    tensors are memory-mapped, not read, so this costs little even for a large optimizer
+    state, and ``resume="auto"`` passes such a checkpoint over like a damaged one.
+
+    Raises:
+        CheckpointError: the pickle refers to anything but tensors, numbers, strings and
+            containers (a file made to run code when loaded), or is not a torch file.
+    """
+    try:
+        torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # UnpicklingError / RuntimeError variants
+        raise CheckpointError(
+            f"checkpoint: {file} could not be loaded safely ({_unsafe_content(exc)}); ampkit "
+            "loads checkpoints as plain data and never runs code stored in them. It was not "
+            "written by ampkit or was altered; resume from another checkpoint."
+        ) from None
 
 
 # -- loading -------------------------------------------------------------------------------------
