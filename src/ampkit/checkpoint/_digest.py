@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +41,14 @@ class HashingWriter:
     #: Writes at least this large are hashed on the helper thread while being written.
     PARALLEL = 1 << 20
 
-    def __init__(self, file: IO[bytes], hasher: ThreadPoolExecutor | None = None) -> None:
+    def __init__(
+        self,
+        file: IO[bytes],
+        hasher: ThreadPoolExecutor | None = None,
+        stable: Collection[tuple[int, int]] = (),
+    ) -> None:
         self._file = file
+        self._stable = set(stable)
         self._sha = hashlib.sha256()
         self._hasher = hasher
         self._pending: list[tuple[Future, int]] = []
@@ -55,9 +61,13 @@ class HashingWriter:
             stable: the caller keeps ``data`` alive and unchanged until :meth:`digest`, so a
                 large write is hashed in the background after this returns (overlapping the
                 next writes and the fsync). Otherwise its hash finishes before this returns
-                (``torch.save`` passes memory it reuses).
+                (``torch.save`` passes memory it may reuse), unless ``data`` is exactly one of
+                the ``(address, size)`` memory blocks given as ``stable`` when this writer was
+                made (the storages of the CPU tensors being saved, which the caller holds).
         """
         view = memoryview(data).cast("B")
+        if view.nbytes >= self.PARALLEL and self._stable and not stable:
+            stable = (_address(view), view.nbytes) in self._stable
         if self._hasher is None or view.nbytes < self.PARALLEL:
             self._settle(0)
             self._sha.update(view)
@@ -91,8 +101,18 @@ class HashingWriter:
         return FileDigest(self._sha.hexdigest(), self.size)
 
 
+def _address(view: memoryview) -> int:
+    import numpy as np
+
+    return int(np.frombuffer(view, dtype=np.uint8).ctypes.data)
+
+
 def write_hashed(
-    path: str | Path, write: bytes | Callable[[HashingWriter], None], *, atomic: bool = True
+    path: str | Path,
+    write: bytes | Callable[[HashingWriter], None],
+    *,
+    atomic: bool = True,
+    stable: Collection[tuple[int, int]] = (),
 ) -> FileDigest:
     """Write ``write`` (bytes, or a function writing into the file) to ``path``, fsynced;
     return the SHA-256 and size of what was written.
@@ -103,6 +123,8 @@ def write_hashed(
             checkpoint's temporary folder, which is made durable and renamed into place as a
             whole (:func:`ampkit.checkpoint.folder.commit_checkpoint`); on an error the
             partial file is removed.
+        stable: ``(address, size)`` of memory that stays alive and unchanged during the
+            call (see :meth:`HashingWriter.write`).
 
     Raises:
         OSError: the write failed (disk full, ...); nothing is left behind at ``path``.
@@ -111,7 +133,7 @@ def write_hashed(
         writers: list[HashingWriter] = []
 
         def body(file: IO[bytes]) -> None:
-            writer = HashingWriter(file, hasher)
+            writer = HashingWriter(file, hasher, stable)
             writers.append(writer)
             try:
                 if callable(write):

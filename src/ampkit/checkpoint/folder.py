@@ -158,7 +158,31 @@ def _write_state(path: Path, state: dict[str, Any] | bytes) -> FileDigest:
     it is written."""
     if isinstance(state, bytes):
         return write_hashed(path, state, atomic=False)
-    return write_hashed(path, lambda f: torch.save(state, f), atomic=False)  # type: ignore[arg-type]
+    # torch.save writes a CPU tensor's storage from its memory, which ``state`` holds for the
+    # whole write: those records are hashed in the background, overlapping the fsync
+    return write_hashed(
+        path,
+        lambda f: torch.save(state, f),  # type: ignore[arg-type]
+        atomic=False,
+        stable=_cpu_storages(state),
+    )
+
+
+def _cpu_storages(value: Any) -> set[tuple[int, int]]:
+    """``(address, bytes)`` of the storages of the CPU tensors in ``value`` (nested)."""
+    found: set[tuple[int, int]] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.device.type == "cpu" and type(item) in (torch.Tensor, torch.nn.Parameter):
+                storage = item.untyped_storage()
+                found.add((storage.data_ptr(), storage.nbytes()))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return found
 
 
 def commit_checkpoint(
