@@ -274,16 +274,20 @@ def test_nonfinite_weights_are_refused_and_nothing_is_written(tmp_path, bad):
 def test_a_failed_write_leaves_no_temporary_folder(tmp_path, monkeypatch):
     import ampkit.checkpoint.folder as folder
 
-    real = folder.atomic_write
+    def failing(path, state):
+        raise OSError(errno.EIO, "I/O error")
 
-    def failing(path, data):
-        if path.name == "state.pt":
-            raise OSError(errno.EIO, "I/O error")
-        return real(path, data)
-
-    monkeypatch.setattr(folder, "atomic_write", failing)
+    monkeypatch.setattr(folder, "_write_state", failing)
     with pytest.raises(OSError):
         write(tmp_path, 1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_state_that_fails_half_way_through_torch_save_leaves_nothing(tmp_path):
+    # torch.save streams into the folder; the weights are already written when it fails
+    state = {"optimizer": {"ok": torch.ones(3)}, "bad": lambda: None}
+    with pytest.raises(Exception, match="pickle|lambda"):
+        write_checkpoint(tmp_path, 1, {"w": torch.ones(4)}, state)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -81,14 +81,15 @@ def test_a_second_run_on_a_live_folder_fails_at_once_and_loses_nothing(tmp_path)
 KILL_DURING_WRITE = """
 import os, signal, sys
 from ampkit.checkpoint import folder as checkpoint_folder
-real = checkpoint_folder.atomic_write
-def dying_write(path, data, **kwargs):
+real = checkpoint_folder._write_state  # how the checkpoint folder writes state.pt
+def dying_write(path, state):
     if "step-00000004" in str(path) and path.name == "state.pt":
+        data = state if isinstance(state, bytes) else checkpoint_folder.serialise_state(state)
         with open(path, "wb") as f:
             f.write(data[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(path, data, **kwargs)
-checkpoint_folder.atomic_write = dying_write
+    return real(path, state)
+checkpoint_folder._write_state = dying_write
 from ampkit.cli import main
 main(sys.argv[1:])
 """

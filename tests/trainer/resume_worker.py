@@ -37,16 +37,17 @@ def install_kill(mode: str) -> list[ampkit.Callback]:
 
         return [KillAt()]
     if mode == "during-write":
-        real_write = ckpt.atomic_write
+        real_write = ckpt._write_state  # how ampkit.checkpoint.folder writes state.pt
 
-        def half_write(path, data):
+        def half_write(path, state):
             if f"step-{KILL_STEP:08d}" in str(path) and path.name == "state.pt":
+                data = state if isinstance(state, bytes) else ckpt.serialise_state(state)
                 with open(path, "wb") as f:
                     f.write(data[: len(data) // 2])
                 die()
-            return real_write(path, data)
+            return real_write(path, state)
 
-        ckpt.atomic_write = half_write
+        ckpt._write_state = half_write
         return []
     if mode == "before-rename":
         real_replace = os.replace

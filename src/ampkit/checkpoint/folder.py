@@ -33,20 +33,22 @@ import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
-from ampkit._files import atomic_write, fsync_dir
+from ampkit._files import fsync_dir
 from ampkit._validate import is_int
+from ampkit.checkpoint._digest import FileDigest, write_hashed
 from ampkit.checkpoint.weights import (
     disk_full_error,
     nonfinite_names,
     read_file,
     refuse_nonfinite,
-    write_weights,
+    write_weights_hashed,
 )
 from ampkit.errors import CheckpointError, ConfigurationError
 
@@ -151,17 +153,56 @@ def _files_under(folder: Path) -> list[str]:
     )
 
 
+def _write_state(path: Path, state: dict[str, Any] | bytes) -> FileDigest:
+    """Write ``state.pt`` (bytes as given, a dict streamed through ``torch.save``), hashed as
+    it is written."""
+    if isinstance(state, bytes):
+        return write_hashed(path, state, atomic=False)
+    # torch.save writes a CPU tensor's storage from its memory, which ``state`` holds for the
+    # whole write: those records are hashed in the background, overlapping the fsync
+    return write_hashed(
+        path,
+        lambda f: torch.save(state, f),  # type: ignore[arg-type]
+        atomic=False,
+        stable=_cpu_storages(state),
+    )
+
+
+def _cpu_storages(value: Any) -> set[tuple[int, int]]:
+    """``(address, bytes)`` of the storages of the CPU tensors in ``value`` (nested)."""
+    found: set[tuple[int, int]] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            if item.device.type == "cpu" and type(item) in (torch.Tensor, torch.nn.Parameter):
+                storage = item.untyped_storage()
+                found.add((storage.data_ptr(), storage.nbytes()))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return found
+
+
 def commit_checkpoint(
     tmp: str | Path,
     step: int,
-    state: dict[str, Any] | bytes,
+    state: dict[str, Any] | bytes | None,
     metadata: dict[str, Any] | None = None,
     *,
     layout: str = "full",
+    digests: Mapping[str, FileDigest] | None = None,
 ) -> Path:
     """Finish a checkpoint whose weights are already in ``tmp`` (rank 0, after every writer
-    is done): write ``state.pt``, hash every file, write the manifest and ``COMPLETE``, fsync
-    and rename the folder into place. On any failure the temporary folder is removed.
+    is done): write ``state.pt`` (hashed as it is written), hash every other file, write the
+    manifest and ``COMPLETE``, fsync and rename the folder into place. On any failure the
+    temporary folder is removed.
+
+    Args:
+        digests: SHA-256 and size of files in ``tmp`` computed while writing them
+            (``{"model.safetensors": ...}``); those files are not read again (their size on
+            disk is checked). Every other file is read and hashed.
 
     Raises:
         StorageError: the disk is full.
@@ -170,28 +211,49 @@ def commit_checkpoint(
     tmp = Path(tmp)
     final = tmp.parent / tmp.name.rsplit(".tmp-", 1)[0]
     try:
-        atomic_write(tmp / _STATE, state if isinstance(state, bytes) else serialise_state(state))
+        known = dict(digests or {})
+        if state is not None:
+            known[_STATE] = _write_state(tmp / _STATE, state)
         manifest: dict[str, Any] = {"format": FORMAT_VERSION, "step": step, "layout": layout}
         manifest.update(metadata or {})
         manifest["files"] = {
-            name: {"sha256": _sha256(tmp / name), "bytes": (tmp / name).stat().st_size}
-            for name in _files_under(tmp)
+            name: _entry(tmp / name, known.get(name)) for name in _files_under(tmp)
         }
         problem = _layout_problem(manifest["files"], layout)
         if problem:
             raise CheckpointError(f"checkpoint: {tmp} {problem}; nothing was kept of it.")
-        atomic_write(tmp / _MANIFEST, json.dumps(manifest, indent=2).encode())
-        atomic_write(tmp / _MARKER, f"{step}\n".encode())
+        # inside the temporary folder: each file fsynced, the folder renamed as a whole
+        write_hashed(tmp / _MANIFEST, json.dumps(manifest, indent=2).encode(), atomic=False)
+        write_hashed(tmp / _MARKER, f"{step}\n".encode(), atomic=False)
         for sub in [tmp, *(p for p in tmp.iterdir() if p.is_dir())]:
             fsync_dir(sub)
         os.replace(tmp, final)
     except BaseException as exc:
-        abort_checkpoint(tmp)
-        if isinstance(exc, OSError):
-            raise (disk_full_error(exc, tmp) or exc) from exc
-        raise
+        _fail(tmp, exc)
     fsync_dir(final.parent)
     return final
+
+
+def _fail(tmp: Path, exc: BaseException) -> NoReturn:
+    """Remove the temporary folder of a failed write and raise (a full disk: one line)."""
+    abort_checkpoint(tmp)
+    # torch.save reports a full disk in its stream as a RuntimeError caused by the OSError
+    full = disk_full_error(exc, tmp)
+    if full is not None:
+        raise full from exc
+    raise exc
+
+
+def _entry(file: Path, known: FileDigest | None) -> dict[str, Any]:
+    size = file.stat().st_size
+    if known is None:
+        return {"sha256": _sha256(file), "bytes": size}
+    if size != known.bytes:
+        raise CheckpointError(
+            f"checkpoint: {file} holds {size} bytes but {known.bytes} were written to it; "
+            "nothing was kept of this write. Check the disk and write the checkpoint again."
+        )
+    return {"sha256": known.sha256, "bytes": size}
 
 
 def write_checkpoint(
@@ -203,9 +265,10 @@ def write_checkpoint(
 ) -> Path:
     """Write the full-layout checkpoint of ``step`` atomically under ``folder``; return its path.
 
-    The weights go through :func:`~ampkit.checkpoint.weights.write_weights` into the temporary
-    folder, which :func:`commit_checkpoint` then seals (a sharded checkpoint is the same
-    begin/commit with DCP's files in between).
+    The weights are streamed by :func:`~ampkit.checkpoint.weights.write_weights_hashed` into
+    the temporary folder, which :func:`commit_checkpoint` then seals, streaming ``state.pt``
+    through ``torch.save``; both files are hashed as they are written, never read back (a
+    sharded checkpoint is the same begin/commit with DCP's files in between).
 
     Args:
         folder: the checkpoints folder (created if missing).
@@ -222,15 +285,23 @@ def write_checkpoint(
         StorageError: the disk is full (the temporary folder is removed).
     """
     refuse_nonfinite(nonfinite_names(weights), Path(folder) / f"step-{step:08d}")
-    state_bytes = serialise_state(state)
     tmp = begin_checkpoint(folder, step)
     try:
-        aliases = write_weights(tmp / _WEIGHTS, weights)
-    except BaseException:
-        abort_checkpoint(tmp)
-        raise
+        # the two files are written side by side: one's hashing and fsync overlap the other's
+        with ThreadPoolExecutor(1, thread_name_prefix="ampkit-weights") as pool:
+            weights_job = pool.submit(  # checked just above: not again
+                write_weights_hashed, tmp / _WEIGHTS, weights, checked=True, atomic=False
+            )
+            try:
+                state_digest = _write_state(tmp / _STATE, state)
+            finally:
+                wait([weights_job])
+            aliases, weights_digest = weights_job.result()
+    except BaseException as exc:
+        _fail(tmp, exc)
     extra = {**(metadata or {}), **({"aliases": aliases} if aliases else {})}
-    return commit_checkpoint(tmp, step, state_bytes, extra, layout="full")
+    digests = {_WEIGHTS: weights_digest, _STATE: state_digest}
+    return commit_checkpoint(tmp, step, None, extra, layout="full", digests=digests)
 
 
 # -- finding and verifying -----------------------------------------------------------------------

@@ -9,17 +9,27 @@ restores such a file into a tied model.
 
 Weights holding inf or NaN are refused with :class:`~ampkit.errors.NonFiniteWeightsError`
 before anything is written, so a finite checkpoint is never followed by a non-finite one.
+
+The file is streamed: the safetensors header (JSON, padded to 8 bytes, as safetensors writes
+it) and then each tensor's bytes straight from its memory (converted to fp32 one tensor at a
+time), hashed as they are written, so a save holds no second copy of the weights and the
+checkpoint's manifest needs no re-read. The bytes are those ``safetensors.torch.save`` writes
+for the same tensors and metadata (ampkit writes metadata keys sorted; safetensors orders
+several as its hash map does).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 
-from ampkit._files import atomic_write, is_disk_full
+from ampkit._files import is_disk_full
+from ampkit.checkpoint._digest import FileDigest, HashingWriter, write_hashed
 from ampkit.errors import CheckpointError, NonFiniteWeightsError, StorageError
 
 __all__ = [
@@ -31,6 +41,7 @@ __all__ = [
     "refuse_nonfinite",
     "weights_bytes",
     "write_weights",
+    "write_weights_hashed",
 ]
 
 ALIASES_KEY = "ampkit.aliases"
@@ -55,7 +66,11 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 def nonfinite_names(tensors: Mapping[str, torch.Tensor]) -> list[str]:
     """Names of the floating-point tensors holding inf or NaN (a DTensor: this rank's shard).
-    One device synchronisation per device."""
+
+    One fused pass: each tensor's ``aminmax`` (a reduction that allocates nothing the size of
+    the tensor; NaN propagates into both, inf shows in the max, -inf in the min), stacked, and
+    one device synchronisation per device for all of them.
+    """
     by_device: dict[torch.device, list[str]] = {}
     for name, tensor in tensors.items():
         local = _local(tensor)
@@ -63,7 +78,11 @@ def nonfinite_names(tensors: Mapping[str, torch.Tensor]) -> list[str]:
             by_device.setdefault(local.device, []).append(name)
     bad: set[str] = set()
     for names in by_device.values():
-        flags = torch.stack([torch.isfinite(_local(tensors[k])).all() for k in names]).tolist()
+        with torch.no_grad():
+            ends = torch.stack(
+                [torch.stack(_local(tensors[k]).detach().aminmax()).float() for k in names]
+            )
+            flags = torch.isfinite(ends).all(dim=1).tolist()
         bad.update(name for name, ok in zip(names, flags, strict=True) if not ok)
     return [name for name in tensors if name in bad]
 
@@ -108,23 +127,40 @@ def find_aliases(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
     return aliases
 
 
+def _unique(
+    weights: Mapping[str, torch.Tensor], aliases: Mapping[str, str] | None
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """``(the tensors to store, aliases)``: every tie once, as given (not yet fp32)."""
+    found = {**find_aliases(weights), **(aliases or {})}
+    found = {name: to for name, to in found.items() if name in weights and to in weights}
+    return {name: t for name, t in weights.items() if name not in found}, found
+
+
+def _fp32(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().to("cpu", torch.float32).contiguous()
+
+
 def _unique_fp32(
     weights: Mapping[str, torch.Tensor], aliases: Mapping[str, str] | None
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    found = {**find_aliases(weights), **(aliases or {})}
-    found = {name: to for name, to in found.items() if name in weights and to in weights}
-    stored: dict[str, torch.Tensor] = {}
+    stored, found = _unique(weights, aliases)
+    out: dict[str, torch.Tensor] = {}
     storages: set[tuple[torch.device, int]] = set()
-    for name, tensor in weights.items():
-        if name in found:
-            continue
-        fp32 = tensor.detach().to("cpu", torch.float32).contiguous()
+    for name, tensor in stored.items():
+        fp32 = _fp32(tensor)
         key = (fp32.device, fp32.untyped_storage().data_ptr())
         if fp32.numel() and key in storages:  # overlapping views that are not one tensor
             fp32 = fp32.clone()
         storages.add((fp32.device, fp32.untyped_storage().data_ptr()))
-        stored[name] = fp32
-    return stored, found
+        out[name] = fp32
+    return out, found
+
+
+def _metadata(found: Mapping[str, str], metadata: Mapping[str, str] | None) -> dict[str, str]:
+    extra = dict(metadata or {})
+    if found:
+        extra[ALIASES_KEY] = json.dumps(found, sort_keys=True)
+    return extra
 
 
 def weights_bytes(
@@ -133,14 +169,80 @@ def weights_bytes(
     metadata: Mapping[str, str] | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """``(safetensors bytes in fp32, aliases)``: each tie stored once, the aliases (found by
-    memory, plus those given) recorded in the metadata."""
+    memory, plus those given) recorded in the metadata. Builds the whole file in memory;
+    :func:`write_weights` streams the same bytes to disk instead."""
     from safetensors.torch import save
 
     stored, found = _unique_fp32(weights, aliases)
-    extra = dict(metadata or {})
-    if found:
-        extra[ALIASES_KEY] = json.dumps(found, sort_keys=True)
+    extra = _metadata(found, metadata)
     return save(stored, metadata=extra or None), found
+
+
+def _header(stored: Mapping[str, torch.Tensor], metadata: Mapping[str, str]) -> tuple[bytes, list]:
+    """The safetensors header of fp32 ``stored`` (length prefix, JSON, space padding to 8
+    bytes) as safetensors writes it: metadata first, tensors by name; and the names in file
+    order."""
+    order = sorted(stored)
+    entries: dict[str, object] = {}
+    if metadata:
+        entries["__metadata__"] = {key: metadata[key] for key in sorted(metadata)}
+    offset = 0
+    for name in order:
+        size = stored[name].numel() * 4
+        shape = list(stored[name].shape)
+        entries[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text, order
+
+
+def _stream(
+    file: HashingWriter, stored: Mapping[str, torch.Tensor], metadata: Mapping[str, str]
+) -> None:
+    header, order = _header(stored, metadata)
+    file.write(header)
+    for name in order:
+        fp32 = _fp32(stored[name])  # a copy only when not already fp32 on the CPU
+        if fp32.numel():
+            file.write(fp32.numpy(), stable=True)  # the view holds the tensor until hashed
+
+
+def write_weights_hashed(
+    path: str | Path,
+    weights: Mapping[str, torch.Tensor],
+    *,
+    aliases: Mapping[str, str] | None = None,
+    metadata: Mapping[str, str] | None = None,
+    checked: bool = False,
+    atomic: bool = True,
+) -> tuple[dict[str, str], FileDigest]:
+    """:func:`write_weights`, also returning the SHA-256 and size of the file as written
+    (computed while writing, for a checkpoint's manifest). ``checked=True``: the caller has
+    just refused non-finite ``weights`` itself (:func:`nonfinite_names`), so they are not
+    scanned twice. ``atomic=False``: written in place and fsynced, for a file in a
+    checkpoint's temporary folder (renamed into place as a whole).
+
+    Raises:
+        NonFiniteWeightsError: a weight holds inf/NaN (nothing is written).
+        StorageError: the disk is full (nothing is left behind).
+    """
+    target = Path(path)
+    if not checked:
+        refuse_nonfinite(nonfinite_names(weights), target)
+    stored, found = _unique(weights, aliases)
+    extra = _metadata(found, metadata)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    body: bytes | Callable[[HashingWriter], None] = functools.partial(
+        _stream, stored=stored, metadata=extra
+    )
+    if sys.byteorder != "little":  # safetensors stores little-endian; let it convert
+        body = weights_bytes(weights, aliases, metadata)[0]
+    try:
+        digest = write_hashed(target, body, atomic=atomic)
+    except OSError as exc:
+        raise (disk_full_error(exc, target) or exc) from exc
+    return found, digest
 
 
 def write_weights(
@@ -154,21 +256,14 @@ def write_weights(
 
     The one path by which ampkit writes weights: a full checkpoint's ``model.safetensors``
     (:func:`ampkit.checkpoint.folder.write_checkpoint`), the Trainer's final weights and
-    ``ampkit checkpoint export`` all go through it.
+    ``ampkit checkpoint export`` all go through it. The tensors are streamed to the file from
+    their memory (no in-memory copy of the file).
 
     Raises:
         NonFiniteWeightsError: a weight holds inf/NaN (nothing is written).
         StorageError: the disk is full (nothing is left behind).
     """
-    target = Path(path)
-    refuse_nonfinite(nonfinite_names(weights), target)
-    data, found = weights_bytes(weights, aliases, metadata)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        atomic_write(target, data)
-    except OSError as exc:
-        raise (disk_full_error(exc, target) or exc) from exc
-    return found
+    return write_weights_hashed(path, weights, aliases=aliases, metadata=metadata)[0]
 
 
 def read_file(

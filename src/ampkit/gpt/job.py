@@ -76,6 +76,25 @@ class TrainSummary:
         return asdict(self)
 
 
+def _fused_adamw(params: list[Any]) -> bool | None:
+    """True when torch has a fused AdamW kernel for every (device, dtype) of ``params``
+    (found by running one fused step on a tiny tensor of each), else None (torch's default).
+    Plain tensors only: a DTensor (FSDP2) keeps the default."""
+    tensors = [
+        p for group in params for p in (group["params"] if isinstance(group, dict) else [group])
+    ]
+    if not tensors or any(type(t) not in (torch.Tensor, torch.nn.Parameter) for t in tensors):
+        return None
+    for device, dtype in {(t.device, t.dtype) for t in tensors}:
+        probe = torch.zeros(2, device=device, dtype=dtype, requires_grad=True)
+        probe.grad = torch.zeros_like(probe)
+        try:
+            torch.optim.AdamW([probe], fused=True).step()
+        except (RuntimeError, ValueError, TypeError):
+            return None
+    return True
+
+
 def _warmup(warmup_steps: int) -> Callable[[int], float]:
     return lambda done: min(1.0, (done + 1) / warmup_steps) if warmup_steps else 1.0
 
@@ -288,8 +307,9 @@ def _train(
     parts: dict[str, Any] = {}
 
     def make_optimizer(params: Any) -> torch.optim.Optimizer:
+        params = list(params)
         parts["optimizer"] = torch.optim.AdamW(
-            params, lr=config.lr, weight_decay=config.weight_decay
+            params, lr=config.lr, weight_decay=config.weight_decay, fused=_fused_adamw(params)
         )
         return parts["optimizer"]
 
