@@ -45,7 +45,8 @@ def test_table_json_and_plot(user_models, tmp_path):
     assert result.exit_code == 0, result.output
     for needle in (
         "variant",
-        "step ms",
+        "cpu ms",
+        "wall ms",
         "samples/s",
         "vs fp32",
         "saved for bwd",

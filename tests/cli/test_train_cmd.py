@@ -153,20 +153,40 @@ def test_help_carries_an_example(command):
     assert result.exit_code == 0 and "Examples:" in result.output
 
 
-@pytest.mark.slow
-def test_console_script_with_no_arguments_trains_the_builtin_model(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "ampkit", "train", "--no-progress"],
-        cwd=tmp_path,
+#: The subprocess limit of the default-run tests; their pytest-timeout is above it, so the
+#: subprocess's own timeout (with its stderr) is what fires on a slow machine, not pytest's.
+_DEFAULT_RUN_TIMEOUT_S = 600
+
+
+def _run_console_script(cwd, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ampkit", "train", "--no-progress", *args],
+        cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=_DEFAULT_RUN_TIMEOUT_S,
         check=False,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(_DEFAULT_RUN_TIMEOUT_S + 60)
+def test_console_script_with_no_arguments_trains_the_builtin_model(tmp_path):
+    result = _run_console_script(tmp_path)
     assert result.returncode == 0, result.stderr
     assert "300 (0 skipped)" in result.stdout
     final_loss = float(result.stdout.split("final loss")[1].split()[0])
     assert final_loss < 2.6
+
+
+@pytest.mark.timeout(_DEFAULT_RUN_TIMEOUT_S + 60)
+def test_console_script_default_run_for_20_steps_learns(tmp_path):
+    """The default run's fast variant: same model, data and precision, 20 steps."""
+    result = _run_console_script(tmp_path, "--steps", "20")
+    assert result.returncode == 0, result.stderr
+    assert "20 (0 skipped)" in result.stdout
+    final_loss = float(result.stdout.split("final loss")[1].split()[0])
+    assert final_loss < math.log(256)  # below a uniform guess over the 256 byte values
 
 
 def test_bf16_true_run_trains_in_bf16(tmp_path):

@@ -1,7 +1,7 @@
 """The benchmark's result: per-variant numbers, the verdict, and how they are shown.
 
 :class:`BenchReport` is plain data. :meth:`BenchReport.render` draws the terminal table,
-:meth:`BenchReport.to_dict` is the ``--json`` document (schema ``ampkit.bench/1``) and
+:meth:`BenchReport.to_dict` is the ``--json`` document (schema ``ampkit.bench/2``) and
 :func:`save_plot` draws ``--plot``. :func:`decide_verdict` is the plain-language answer to
 "does mixed precision pay off for this model on this machine", as a pure function of the
 measurements.
@@ -25,11 +25,12 @@ __all__ = [
     "VariantResult",
     "Verdict",
     "decide_verdict",
+    "inconclusive",
     "save_plot",
 ]
 
 #: Identifies the layout of :meth:`BenchReport.to_dict`; bumped when a field changes meaning.
-SCHEMA = "ampkit.bench/1"
+SCHEMA = "ampkit.bench/2"
 
 #: A low precision "pays off" when it is at least this much faster than fp32 (median ratio).
 PAYS_OFF_SPEEDUP = 1.10
@@ -49,7 +50,8 @@ class VariantResult:
         precision: ``fp32``, ``fp16`` or ``bf16``.
         compiled: trained through ``torch.compile``.
         channels_last: model and 4-D inputs in channels-last memory format.
-        median_step_s: median seconds per training step over the kept rounds.
+        median_step_s: median seconds per training step over the kept rounds, by the
+            report's :attr:`~BenchReport.clock` (CPU time on a CPU device).
         throughput: items (``unit`` of the report) per second at the median step time.
         speedup_vs_fp32: median over kept rounds of ``t_fp32 / t_variant`` (eager fp32
             is the baseline); None when fp32 was not measured.
@@ -64,6 +66,8 @@ class VariantResult:
         loss_gap_vs_fp32: ``final_loss`` minus the fp32 twin's.
         mfu: model FLOPs utilisation against the device's dense peak (CUDA only).
         reason: the policy's one-line reason for this precision on this hardware.
+        step_s_iqr: lower and upper quartile of the step seconds (same clock).
+        wall_median_step_s: median wall seconds per step (what contention inflates).
     """
 
     name: str
@@ -82,6 +86,8 @@ class VariantResult:
     loss_gap_vs_fp32: float | None
     mfu: float | None
     reason: str = ""
+    step_s_iqr: tuple[float, float] | None = None
+    wall_median_step_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,18 @@ def _times(speedup: float, twin: str) -> str:
     if speedup >= 1:
         return f"{speedup:.2f}x as fast as {twin}"
     return f"{1 / speedup:.1f}x slower than {twin}"
+
+
+def inconclusive(iqr: tuple[float, float] | None, threshold: float = PAYS_OFF_SPEEDUP) -> bool:
+    """The one rule every verdict uses: the quartiles of the per-round speed-up straddle the
+    pay-off threshold.
+
+    A verdict is definite only when the middle half of the per-round speed-ups lies wholly on one side of ``threshold``
+    (below: does not pay off; at or above: pays off). The median lies between the quartiles,
+    so a definite verdict agrees with the median. None (no spread measured) is not
+    inconclusive: the median decides.
+    """
+    return iqr is not None and iqr[0] < threshold <= iqr[1]
 
 
 def decide_verdict(
@@ -158,15 +176,13 @@ def decide_verdict(
                 "check accuracy before switching."
             )
     spread = best.speedup_vs_fp32_twin_iqr
-    if spread is not None and (
-        (speedup >= PAYS_OFF_SPEEDUP and spread[0] < 1.0)
-        or (speedup < 1.0 and spread[1] > PAYS_OFF_SPEEDUP)
-    ):
+    if spread is not None and inconclusive(spread):
         return Verdict(
             None,
             f"Inconclusive: {best.name} measured {_times(speedup, twin)} at the median, but "
             f"the per-round ratios spread from {spread[0]:.2f}x to {spread[1]:.2f}x (quartiles), "
-            "so the machine's noise is as large as the effect. Run again with more --steps, "
+            f"across the {PAYS_OFF_SPEEDUP:.2f}x it takes to pay off, so the machine's noise "
+            "is as large as the effect. Run again with more --steps, "
             "on a quieter machine.",
             best.name,
         )
@@ -224,10 +240,15 @@ class BenchReport:
         memory_kind: what ``memory_bytes`` measures on this device.
         peak_rss_bytes: the process's peak RSS (CPU; covers every variant together).
         flops_per_step: model FLOPs of one training step (None when unknown).
-        matmul_share: see :func:`decide_verdict`.
+        matmul_share: see :func:`decide_verdict`; None when the run was noisy (a reason is
+            never derived from timings the noise check rejected).
         variants: per-variant results, in the order run.
         verdict: the plain-language answer.
         notes: warnings met while setting up (e.g. fp16 on a CPU is emulated).
+        noisy: see above.
+        clock: what step times measure and the verdict is judged by: ``"cpu"`` (the timing
+            thread's CPU time, torch on one thread; a CPU device's default, because a busy
+            neighbour does not inflate it) or ``"wall"`` (wall time; accelerators).
     """
 
     model: str
@@ -251,6 +272,7 @@ class BenchReport:
     verdict: Verdict
     notes: list[str] = field(default_factory=list)
     noisy: bool = False
+    clock: str = "wall"
 
     def variant(self, name: str) -> VariantResult:
         """The result named ``name``.
@@ -283,9 +305,11 @@ class BenchReport:
     def render(self) -> str:
         """The terminal table, the header lines and the verdict."""
         cuda = self.device.startswith("cuda")
+        cpu_clock = self.clock == "cpu"
         header = [
             "variant",
-            "step ms",
+            "cpu ms" if cpu_clock else "step ms",
+            *(["wall ms"] if cpu_clock else []),
             f"{self.unit}/s",
             "vs fp32",
             _memory_header(cuda),
@@ -299,6 +323,11 @@ class BenchReport:
             row = [
                 v.name,
                 f"{1000 * v.median_step_s:.1f}",
+                *(
+                    ["-" if v.wall_median_step_s is None else f"{1000 * v.wall_median_step_s:.1f}"]
+                    if cpu_clock
+                    else []
+                ),
                 f"{v.throughput:,.0f}",
                 _speedup(v, self.noisy),
                 _mib(v.memory_bytes),
@@ -322,6 +351,13 @@ class BenchReport:
             f"timing  {self.steps} interleaved steps per variant after {self.warmup} warm-up; "
             f"{self.rounds_kept}/{self.steps} rounds kept (probe tolerance "
             f"{self.probe_tolerance:.0%}, probe spread {self.probe_spread:.2f}x)",
+            "clock   "
+            + (
+                "judged by the timing thread's CPU time, torch on 1 thread (a busy machine "
+                "inflates wall time, not CPU time); wall ms shown beside it"
+                if cpu_clock
+                else "judged by wall time"
+            ),
             "",
         ]
         lines += text_table(rows, right=range(1, len(header)))
@@ -378,9 +414,20 @@ def save_plot(report: BenchReport, path: str | Path) -> None:
     names = [v.name for v in report.variants]
     fig = Figure(figsize=(13, 4), layout="constrained")
     ax_time, ax_mem, ax_loss = fig.subplots(1, 3)
-    ax_time.bar(names, [1000 * v.median_step_s for v in report.variants], color="tab:blue")
-    ax_time.set_ylabel("median step time (ms)")
-    ax_time.set_title("step time")
+    medians = [1000 * v.median_step_s for v in report.variants]
+    whiskers = [
+        [
+            m - 1000 * (v.step_s_iqr or (v.median_step_s,) * 2)[0]
+            for m, v in zip(medians, report.variants, strict=True)
+        ],
+        [
+            1000 * (v.step_s_iqr or (v.median_step_s,) * 2)[1] - m
+            for m, v in zip(medians, report.variants, strict=True)
+        ],
+    ]
+    ax_time.bar(names, medians, yerr=whiskers, capsize=4, color="tab:blue")
+    ax_time.set_ylabel(f"median step time, {report.clock} clock (ms)")
+    ax_time.set_title("step time (whiskers: quartiles over rounds)")
     mem = [(v.memory_bytes or 0) / 2**20 for v in report.variants]
     ax_mem.bar(names, mem, color="tab:orange")
     ax_mem.set_ylabel("MiB")

@@ -8,9 +8,11 @@ measured on the last warm-up step (:mod:`ampkit.bench.memory`), so timed steps c
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import platform
 import statistics
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +25,13 @@ from ampkit._validate import is_int, is_number
 from ampkit.bench.flops import count_train_flops, mfu, peak_flops
 from ampkit.bench.memory import cuda_step_peak_bytes, saved_tensor_bytes, state_bytes
 from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
-from ampkit.bench.timing import MIN_ROUNDS, Timings, matmul_probe, run_interleaved
+from ampkit.bench.timing import (
+    MIN_ROUNDS,
+    Timings,
+    cpu_clock_session,
+    matmul_probe,
+    run_interleaved,
+)
 from ampkit.bench.workloads import Workload, load_workload
 from ampkit.errors import ConfigurationError, PrecisionWarning
 from ampkit.models.built import BuiltModel
@@ -159,6 +167,7 @@ def run_bench(
     seed: int = 0,
     on_round: Callable[[int, int], None] | None = None,
     probe: Callable[[], float] | None = None,
+    clock: str = "auto",
 ) -> BenchReport:
     """Benchmark ``model`` in each precision, interleaved step by step; return the report.
 
@@ -183,14 +192,30 @@ def run_bench(
         on_round: ``on_round(done, total)`` after every round.
         probe: a drift probe returning seconds (default: a fixed CPU matmul, which also
             gives the CPU's matmul speed for the verdict; a custom probe does not).
+        clock: what steps are timed and judged by. ``"cpu"``: the timing thread's CPU
+            time with torch on one thread (:func:`~ampkit.bench.timing.cpu_clock_session`),
+            which a busy machine does not inflate; ``"wall"``: wall time (torch's threads
+            as they are); ``"auto"``: ``cpu`` on a CPU device, ``wall`` on an accelerator
+            (whose work the host thread's CPU time does not see). Wall time is always
+            recorded too.
 
     Raises:
         ConfigurationError: invalid settings (``steps`` below 3 included), an unknown
-            precision or model spec, ``channels_last`` for a model without 4-D inputs.
+            precision or model spec, ``channels_last`` for a model without 4-D inputs,
+            ``clock="cpu"`` on an accelerator.
         UnsupportedPrecisionError: a precision the device cannot run (bf16 on pre-Ampere).
     """
     _validate(steps, warmup, batch_size, probe_tolerance)
+    if clock not in ("auto", "cpu", "wall"):
+        raise ConfigurationError(f"clock: must be 'auto', 'cpu' or 'wall', got {clock!r}.")
     dev = resolve_device(device)
+    accelerator = devices.is_accelerator(dev)
+    if clock == "cpu" and accelerator:
+        raise ConfigurationError(
+            f"clock: 'cpu' times the host thread, which does not see work queued on {dev}; "
+            "use 'wall' (or 'auto') on an accelerator."
+        )
+    clock_name = ("wall" if accelerator else "cpu") if clock == "auto" else clock
     hardware = probe_hardware(dev)
     requested = list(precisions) if precisions else default_precisions(hardware)
     policies, notes = _resolve_all(requested, dev)
@@ -254,22 +279,42 @@ def run_bench(
     def prepare(name: str, i: int) -> None:  # untimed: batch to the device before the clock
         batch_for(i, by_name[name].channels_last)
 
-    probe_fn = probe if probe is not None else matmul_probe(_PROBE_SIZE, _PROBE_REPEATS)
-    timings = run_interleaved(
-        {v.name: make_step(v) for v in variants},
-        rounds=steps,
-        warmup=warmup,
-        probe=probe_fn,
-        tolerance=probe_tolerance,
-        sync=(lambda: devices.synchronize(dev)) if devices.is_accelerator(dev) else None,
-        prepare=prepare,
-        burst_s=burst_s,
-        rest_s=rest_s,
-        seed=seed,
-        on_round=on_round,
-    )
+    session = cpu_clock_session() if clock_name == "cpu" else contextlib.nullcontext()
+    with session as cpu_clock:
+        step_clock = cpu_clock if cpu_clock is not None else time.perf_counter
+        threads = torch.get_num_threads()
+        probe_fn = (
+            probe
+            if probe is not None
+            else matmul_probe(_PROBE_SIZE, _PROBE_REPEATS, clock=step_clock)
+        )
+        timings = run_interleaved(
+            {v.name: make_step(v) for v in variants},
+            rounds=steps,
+            warmup=warmup,
+            probe=probe_fn,
+            tolerance=probe_tolerance,
+            sync=(lambda: devices.synchronize(dev)) if accelerator else None,
+            prepare=prepare,
+            burst_s=burst_s,
+            rest_s=rest_s,
+            seed=seed,
+            on_round=on_round,
+            clock=step_clock,
+            clock_name=clock_name,
+        )
     return _report(
-        workload, variants, timings, dev, hardware, flops, notes, steps, warmup, probe is None
+        workload,
+        variants,
+        timings,
+        dev,
+        hardware,
+        flops,
+        notes,
+        steps,
+        warmup,
+        probe is None,
+        threads,
     )
 
 
@@ -328,6 +373,7 @@ def _report(
     steps: int,
     warmup: int,
     matmul_probe_used: bool,
+    threads: int,
 ) -> BenchReport:
     losses = {v.name: [float(t) for t in v.losses] for v in variants}
     base = next(v for v in variants if v.name == "fp32")
@@ -367,6 +413,8 @@ def _report(
                 loss_gap_vs_fp32=final - losses[twin.name][-1],
                 mfu=mfu(flops, median, peak),
                 reason=v.policy.reason,
+                step_s_iqr=timings.quartiles(v.name),
+                wall_median_step_s=timings.wall_median(v.name),
             )
         )
     if cuda:
@@ -381,7 +429,8 @@ def _report(
         )
         native = hardware.cpu_native_bf16
     share = None
-    if flops is not None and matmul_rate:
+    if flops is not None and matmul_rate and not timings.noisy:
+        # never a reason from timings the noise check rejected
         share = min(1.0, flops / base_median / matmul_rate)
     rss = None if devices.is_accelerator(dev) else peak_memory(dev)[0]
     if timings.noisy:
@@ -389,7 +438,8 @@ def _report(
         notes.append(
             f"only {len(timings.kept)} of {steps} rounds ran on a steady machine (the probe "
             f"moved in the others), so the figures come from {used} and are rough: read the "
-            "spread (quartiles) with them, or rerun with more --steps on a quieter machine."
+            "spread (quartiles) with them, or rerun with more --steps on a quieter machine. "
+            "No matmul share is derived from them."
         )
     return BenchReport(
         model=workload.name,
@@ -399,7 +449,7 @@ def _report(
         device_name=hardware.name,
         torch_version=torch.__version__,
         python_version=platform.python_version(),
-        threads=torch.get_num_threads(),
+        threads=threads,
         steps=steps,
         warmup=warmup,
         rounds_kept=len(timings.kept),
@@ -423,4 +473,5 @@ def _report(
             matmul_share=share,
         ),
         notes=notes,
+        clock=timings.clock,
     )

@@ -26,7 +26,8 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +37,7 @@ from ampkit.errors import ConfigurationError
 __all__ = [
     "MIN_ROUNDS",
     "Timings",
+    "cpu_clock_session",
     "kept_rounds",
     "matmul_probe",
     "paired_ratio",
@@ -112,8 +114,39 @@ def paired_ratio(
     return statistics.median(numerator[k] / denominator[k] for k in keep)
 
 
-def matmul_probe(size: int = 256, repeats: int = 8, tries: int = 3) -> Callable[[], float]:
-    """A fixed CPU matmul workload; calling the result returns its wall time in seconds.
+@contextmanager
+def cpu_clock_session() -> Iterator[Callable[[], float]]:
+    """Torch on one intra-op thread for the block; yields ``time.thread_time``, restored after.
+
+    The clock a CPU benchmark is judged by. Wall time counts the seconds a step waits for a
+    core another process holds, so a busy neighbour inflates it many times over; the CPU
+    time of the thread doing the work does not. With torch on several threads the main
+    thread's CPU time misses the others' work, and the process's CPU time
+    (``time.process_time``) is inflated by contention too: the OpenMP workers spin while
+    they wait for one that was descheduled (measured on a 2-core EPYC with a busy loop on
+    the other core: a 512x512 matmul loop went from 49 to 72 ms process time on 2 threads,
+    and stayed at 47 ms thread time on 1). So the block runs torch on one thread, where
+    every CPU op of a step, backward included, runs on the calling thread and its thread
+    time is the step's whole CPU work.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield time.thread_time
+    finally:
+        torch.set_num_threads(threads)
+
+
+def matmul_probe(
+    size: int = 256,
+    repeats: int = 8,
+    tries: int = 3,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Callable[[], float]:
+    """A fixed CPU matmul workload; calling the result returns its time in seconds.
+
+    ``clock`` is what it is timed with: the clock the steps are timed with, so the probe
+    checks the noise of the measurements actually used (wall time by default).
 
     The operands are made once, so every call does identical work: changes in its time are
     changes in the machine (clock throttling, a neighbour's load), not in the probe. Each
@@ -126,10 +159,10 @@ def matmul_probe(size: int = 256, repeats: int = 8, tries: int = 3) -> Callable[
     b = torch.randn(size, size, generator=generator)
 
     def once() -> float:
-        start = time.perf_counter()
+        start = clock()
         for _ in range(repeats):
             torch.mm(a, b)
-        return time.perf_counter() - start
+        return clock() - start
 
     def probe() -> float:
         return min(once() for _ in range(tries))
@@ -149,6 +182,9 @@ class Timings:
         kept: indices of the timed rounds kept by :func:`kept_rounds`.
         orders: the order the variants ran in, per timed round.
         tolerance: the probe tolerance used.
+        wall: wall seconds per timed round, per variant, when ``times`` is another clock
+            (empty when ``times`` is wall time).
+        clock: what ``times`` measures: ``"wall"`` or ``"cpu"`` (thread CPU time).
     """
 
     names: list[str]
@@ -157,6 +193,8 @@ class Timings:
     kept: list[int]
     orders: list[list[str]] = field(default_factory=list)
     tolerance: float = 0.25
+    wall: dict[str, list[float]] = field(default_factory=dict)
+    clock: str = "wall"
 
     @property
     def rounds(self) -> int:
@@ -194,6 +232,19 @@ class Timings:
         """
         return statistics.median(self.times[name][k] for k in self.used)
 
+    def quartiles(self, name: str) -> tuple[float, float]:
+        """Lower and upper quartile of ``name``'s step seconds over the :attr:`used` rounds."""
+        q1, _, q3 = statistics.quantiles(
+            [self.times[name][k] for k in self.used], n=4, method="inclusive"
+        )
+        return q1, q3
+
+    def wall_median(self, name: str) -> float:
+        """Median wall seconds of ``name`` over the :attr:`used` rounds (``times`` when those
+        are wall time)."""
+        source = self.wall.get(name) or self.times[name]
+        return statistics.median(source[k] for k in self.used)
+
     def ratio(self, numerator: str, denominator: str) -> float:
         """Median paired ratio ``t[numerator] / t[denominator]`` over the :attr:`used` rounds."""
         return paired_ratio(self.times[numerator], self.times[denominator], self.used)
@@ -223,6 +274,7 @@ def run_interleaved(
     seed: int = 0,
     on_round: Callable[[int, int], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    clock_name: str = "wall",
 ) -> Timings:
     """Time ``steps`` interleaved: each round runs one step of every variant.
 
@@ -241,7 +293,9 @@ def run_interleaved(
         seed: seeds the variant order (:func:`round_orders`).
         on_round: ``on_round(done, total)`` after every round (progress bars).
         clock: what a step is timed with: wall time by default; ``time.thread_time`` with
-            torch on one thread measures CPU work that other processes cannot inflate.
+            torch on one thread (:func:`cpu_clock_session`) measures CPU work that other
+            processes cannot inflate. Wall time is recorded as well (:attr:`Timings.wall`).
+        clock_name: how :attr:`Timings.clock` names ``clock`` (``"wall"`` or ``"cpu"``).
 
     Raises:
         ConfigurationError: ``rounds`` < 1 or ``warmup`` < 0.
@@ -255,6 +309,7 @@ def run_interleaved(
     names = list(steps)
     orders = round_orders(names, warmup + rounds, seed)
     times: dict[str, list[float]] = {name: [] for name in names}
+    wall: dict[str, list[float]] = {name: [] for name in names}
     probes: list[float] = []
     burst_start = time.perf_counter()
     total = warmup + rounds
@@ -265,12 +320,13 @@ def run_interleaved(
             if prepare is not None:
                 prepare(name, i)
             sync()
-            start = clock()
+            start, wall_start = clock(), time.perf_counter()
             steps[name](i)
             sync()
-            elapsed = clock() - start
+            elapsed, wall_elapsed = clock() - start, time.perf_counter() - wall_start
             if i >= warmup:
                 times[name].append(elapsed)
+                wall[name].append(wall_elapsed)
         if on_round is not None:
             on_round(i + 1, total)
         if burst_s is not None and time.perf_counter() - burst_start > burst_s:
@@ -284,4 +340,6 @@ def run_interleaved(
         kept=kept_rounds(probes, tolerance),
         orders=orders[warmup:],
         tolerance=tolerance,
+        wall={} if clock_name == "wall" else wall,
+        clock=clock_name,
     )

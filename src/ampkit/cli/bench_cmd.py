@@ -73,6 +73,15 @@ __all__ = ["bench"]
     help="Drop a round when the matmul probe next to it moved by more than this (relative).",
 )
 @click.option(
+    "--clock",
+    type=click.Choice(["auto", "cpu", "wall"]),
+    default="auto",
+    show_default=True,
+    help="What steps are timed and judged by. cpu: the timing thread's CPU time with torch on "
+    "one thread, which a busy machine does not inflate; wall: wall time; auto: cpu on a CPU "
+    "device, wall on a GPU. Wall time is shown either way.",
+)
+@click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
 )
 def bench(**options: Any) -> None:
@@ -81,7 +90,9 @@ def bench(**options: Any) -> None:
     Every variant trains its own copy of the same weights on the same batches. Steps run
     interleaved (one step of every variant per round, order rotated) with a matmul probe
     between rounds; rounds where the machine changed speed are dropped, and speed-ups are
-    medians of paired per-round ratios.
+    medians of paired per-round ratios. On a CPU steps are timed by CPU time (--clock), so
+    other jobs on the machine do not change the verdict; a verdict whose per-round spread
+    straddles the pay-off threshold is called inconclusive.
 
     \b
     Examples:
@@ -119,6 +130,7 @@ def bench(**options: Any) -> None:
             channels_last=options["channels_last"],
             probe_tolerance=options["probe_tolerance"],
             on_round=on_round,
+            clock=options["clock"],
         )
     finally:
         bar.close()
