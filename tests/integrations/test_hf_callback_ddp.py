@@ -77,6 +77,10 @@ def _worker(rank: int, port: int, out: str) -> None:
         "finding_step": None if cb.first is None else cb.first.step,
     }
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
+    # the HF Trainer leaves its group up: meet, then destroy it, so no rank exits while its
+    # peer is still in a collective (gloo aborts it then)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 def free_port() -> int:

@@ -105,8 +105,10 @@ def _rejoin_store() -> dict[str, Any]:
 
 
 def _destroy_at_exit() -> None:
+    global _first_store
     if _created and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _first_store = None  # release the store before the interpreter's teardown, not during it
 
 
 def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
@@ -148,10 +150,18 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
     return DistContext(rank, world, local, owns_group=True)
 
 
-def teardown_distributed(ctx: DistContext) -> None:
-    """Destroy the process group if ampkit created it (idempotent)."""
+def teardown_distributed(ctx: DistContext, *, wait_for_all: bool = False) -> None:
+    """Destroy the process group if ampkit created it (idempotent).
+
+    ``wait_for_all`` (a run that ended normally): meet every rank at a barrier first, so no
+    rank tears its connections down while a peer still has a collective in flight (gloo then
+    aborts the peer at exit, "terminate called without an active exception"). Not after an
+    error: a rank that died would never arrive.
+    """
     global _created
     if ctx.owns_group and _created and dist.is_available() and dist.is_initialized():
+        if wait_for_all and ctx.distributed:
+            dist.barrier()
         dist.destroy_process_group()
         _created = False
 

@@ -293,21 +293,26 @@ class Trainer:
 
     def close(self) -> None:
         """Release what the Trainer holds: the process group it joined (a group the caller
-        initialised is left alone) and the checkpoint writer's own group. Idempotent; after
-        it, ``fit``, ``save_checkpoint`` and ``evaluate`` refuse."""
+        initialised is left alone; every rank meets at a barrier first) and the checkpoint
+        writer's own group. Idempotent; after it, ``fit``, ``save_checkpoint`` and
+        ``evaluate`` refuse."""
+        self._close(wait_for_all=True)
+
+    def _close(self, *, wait_for_all: bool) -> None:
         if self._closed:
             return
         self._closed = True
         if self._writer is not None:
             self._writer.close()
         if self._dist is not None:
-            teardown_distributed(self._dist)
+            teardown_distributed(self._dist, wait_for_all=wait_for_all)
 
     def __enter__(self) -> Trainer:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        # after an error a rank may be gone: release without waiting for the others
+        self._close(wait_for_all=exc_type is None)
 
     # -- properties ------------------------------------------------------------------------
 
