@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from ampkit._process import pid_alive
 from ampkit.errors import RunInUseError, StorageError
 
 __all__ = ["LOCK_NAME", "FolderLock", "lock_holder"]
@@ -39,21 +40,11 @@ def lock_holder(folder: str | Path, wait_s: float = 0.5) -> int | None:
         except OSError:
             text = ""
         pid = int(text) if text.isdigit() else None
-        if pid is not None and _alive(pid):
+        if pid is not None and pid_alive(pid):
             return pid
         if time.monotonic() >= deadline:
             return pid
         time.sleep(0.02)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, but belongs to another user
-        return True
-    return True
 
 
 class FolderLock:

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-__all__ = ["AGENT_PID", "LAUNCHER_PID", "die_with_parent", "launched_by_ampkit"]
+__all__ = ["AGENT_PID", "LAUNCHER_PID", "die_with_parent", "launched_by_ampkit", "pid_alive"]
 
 #: Environment variables that tie the processes together.
 LAUNCHER_PID, AGENT_PID = "AMPKIT_LAUNCHER_PID", "AMPKIT_AGENT_PID"
@@ -50,3 +50,14 @@ def die_with_parent(parent_pid: int, sig: int) -> None:
         threading.Thread(target=watch, name="ampkit-parent-watch", daemon=True).start()
     if os.getppid() != parent_pid:  # the parent died before the request took effect
         os.kill(os.getpid(), sig)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it exists)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, but belongs to another user
+        return True
+    return True

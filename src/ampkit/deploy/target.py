@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ampkit._files import atomic_write
+from ampkit._process import pid_alive
 from ampkit.errors import ConfigurationError, StorageError
 
 __all__ = ["STALE_AFTER_S", "check_target", "remove_stale_temporaries", "write_target"]
@@ -79,16 +80,6 @@ def check_target(path: str | os.PathLike, suffix: str, format_name: str) -> Path
     return target
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, but belongs to another user
-        return True
-    return True
-
-
 def remove_stale_temporaries(folder: Path, suffixes: Iterable[str]) -> list[str]:
     """Remove the temporary files of earlier, killed exports from ``folder``; return their
     names.
@@ -114,7 +105,7 @@ def remove_stale_temporaries(folder: Path, suffixes: Iterable[str]) -> list[str]
             if not entry.is_file(follow_symlinks=False) or pid == os.getpid():
                 continue
             old = now - entry.stat(follow_symlinks=False).st_mtime > STALE_AFTER_S
-            if _alive(pid) and not old:
+            if pid_alive(pid) and not old:
                 continue  # another export may be writing it right now
             os.unlink(entry.path)
         except OSError:
