@@ -233,7 +233,9 @@ class AutocastInfo:
     dtypes: frozenset[str] = frozenset()
 
 
-def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
+def call_argument(call: ast.Call, index: int, name: str) -> ast.expr | None:
+    """The argument ``name`` of ``call``: given by keyword, or at position ``index`` when no
+    ``*args`` comes before it; None when not given."""
     for kw in call.keywords:
         if kw.arg == name:
             return kw.value
@@ -315,14 +317,20 @@ class Resolver:
             return self._through(wrapper, node) if wrapper is not None else None
         fixed = AUTOCAST_APIS[api]
         if fixed is None:
-            device_node = _arg(node, 0, "device_type")
+            device_node = call_argument(node, 0, "device_type")
             device = self.string(device_node)
             if device is not None:
                 device = device.split(":", 1)[0]
-            dtype_node, enabled_node = _arg(node, 1, "dtype"), _arg(node, 2, "enabled")
+            dtype_node, enabled_node = (
+                call_argument(node, 1, "dtype"),
+                call_argument(node, 2, "enabled"),
+            )
         else:
             device = fixed
-            enabled_node, dtype_node = _arg(node, 0, "enabled"), _arg(node, 1, "dtype")
+            enabled_node, dtype_node = (
+                call_argument(node, 0, "enabled"),
+                call_argument(node, 1, "dtype"),
+            )
         if dtype_node is None:
             default = DEFAULT_DTYPE.get(device) if device else None
             dtypes = frozenset({default}) if default else frozenset()

@@ -27,7 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
 from ampkit.lint.frameworks import precision_evidence
-from ampkit.lint.names import AUTOCAST_APIS, Argument, Imports, Resolver, Wrapper
+from ampkit.lint.names import (
+    AUTOCAST_APIS,
+    Argument,
+    Imports,
+    Resolver,
+    Wrapper,
+    call_argument,
+)
 
 __all__ = [
     "ANY_ARGS",
@@ -166,15 +173,15 @@ def wrapper_of(fn: ast.FunctionDef | ast.AsyncFunctionDef, resolver: Resolver) -
             defaults[arg.arg] = _argument(kw_default, set(), resolver)
     if fixed is None:
         device_node, dtype_node, enabled_node = (
-            _arg(call, 0, "device_type"),
-            _arg(call, 1, "dtype"),
-            _arg(call, 2, "enabled"),
+            call_argument(call, 0, "device_type"),
+            call_argument(call, 1, "dtype"),
+            call_argument(call, 2, "enabled"),
         )
     else:
         device_node, dtype_node, enabled_node = (
             None,
-            _arg(call, 1, "dtype"),
-            _arg(call, 0, "enabled"),
+            call_argument(call, 1, "dtype"),
+            call_argument(call, 0, "enabled"),
         )
     arguments = [
         _argument(node, names, resolver) for node in (device_node, dtype_node, enabled_node)
@@ -198,17 +205,6 @@ def wrapper_of(fn: ast.FunctionDef | ast.AsyncFunctionDef, resolver: Resolver) -
         arguments[2],
         fixed,
     )
-
-
-def _arg(call: ast.Call, index: int, name: str) -> ast.expr | None:
-    for kw in call.keywords:
-        if kw.arg == name:
-            return kw.value
-    if index < len(call.args) and not any(
-        isinstance(a, ast.Starred) for a in call.args[: index + 1]
-    ):
-        return call.args[index]
-    return None
 
 
 def note_call(call: ast.Call, set_keywords: set[str], positional: dict[str, int]) -> None:
