@@ -18,7 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["append_record", "atomic_write", "fsync_dir", "is_disk_full", "json_safe", "write_json"]
+__all__ = [
+    "append_record",
+    "atomic_write",
+    "fsync_dir",
+    "is_disk_full",
+    "json_safe",
+    "refuses_new_files",
+    "write_json",
+]
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -131,3 +139,18 @@ def write_json(path: str | Path, value: Any) -> Path:
     """Write ``value`` as indented strict JSON (see :func:`json_safe`), atomically."""
     text = json.dumps(json_safe(value), indent=2, allow_nan=False) + "\n"
     return atomic_write(path, text)
+
+
+def refuses_new_files(folder: str | Path) -> str | None:
+    """Why ``folder`` refuses a new file (its ``strerror``), or None when it accepts one.
+
+    Permission bits are not trusted (as root every folder looks writable, yet ``/sys``,
+    ``/proc`` and read-only mounts refuse files): a probe file is created there and removed.
+    """
+    import tempfile
+
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".ampkit-probe-"):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc)

@@ -5,11 +5,11 @@ with one-line errors."""
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from ampkit._files import refuses_new_files
 from ampkit.errors import ConfigurationError, StorageError
 
 __all__ = ["check_output", "writing"]
@@ -50,14 +50,12 @@ def check_output(path: str | None, flag: str, *, creates_folders: bool = False) 
             f"{flag}: cannot write {target}: the folder {folder} is not writable. Pass a path "
             "you can write to."
         )
-    try:
-        with tempfile.TemporaryFile(dir=folder, prefix=".ampkit-probe-"):
-            pass
-    except OSError as exc:
+    refusal = refuses_new_files(folder)
+    if refusal is not None:
         raise ConfigurationError(
             f"{flag}: cannot write {target}: the folder {folder} refuses new files "
-            f"({exc.strerror or exc}). Pass a path you can write to."
-        ) from None
+            f"({refusal}). Pass a path you can write to."
+        )
 
 
 @contextmanager

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ampkit._files import atomic_write
+from ampkit._files import atomic_write, refuses_new_files
 from ampkit._process import pid_alive
 from ampkit.errors import ConfigurationError, StorageError
 
@@ -69,14 +68,12 @@ def check_target(path: str | os.PathLike, suffix: str, format_name: str) -> Path
         raise ConfigurationError(
             f"export: cannot write {target}: {folder} is a file, not a folder. Pass another path."
         )
-    try:
-        with tempfile.TemporaryFile(dir=folder, prefix=".ampkit-probe-"):
-            pass
-    except OSError as exc:
+    refusal = refuses_new_files(folder)
+    if refusal is not None:
         raise ConfigurationError(
             f"export: cannot write {target}: the folder {folder} refuses new files "
-            f"({exc.strerror or exc}). Pass a path you can write to."
-        ) from None
+            f"({refusal}). Pass a path you can write to."
+        )
     return target
 
 
