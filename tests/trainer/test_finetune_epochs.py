@@ -93,9 +93,7 @@ def test_epochs_run_takes_the_derived_steps_and_advances_the_sampler_epoch():
     assert seen_by_scheduler == [7]
     # 14 micro-batches: epoch 0 and 1 whole, 4 of epoch 2 (the 15th cannot fill a window)
     assert len(model.seen) == 14
-    orders = [
-        list(ResumableSampler(data, rank=0, world_size=1, seed=0, epoch=e)) for e in range(3)
-    ]
+    orders = [list(ResumableSampler(data, rank=0, world_size=1, seed=0, epoch=e)) for e in range(3)]
     drawn = [sample for batch in model.seen for sample in batch]
     assert drawn == orders[0][:20] + orders[1][:20] + orders[2][:16]
     assert orders[0][:20] != orders[1][:20]  # a new shuffle each epoch
