@@ -91,6 +91,11 @@ def test_a_metric_that_returns_the_wrong_thing_is_named(metric, error, match):
         make().evaluate_metrics(EVAL, {"bad": metric})
 
 
+def test_empty_eval_data_is_refused_not_reported_as_a_loss():
+    with pytest.raises(DataError, match="the eval data produced no batch"):
+        make().evaluate([])
+
+
 @pytest.mark.parametrize(
     ("metrics", "match"),
     [

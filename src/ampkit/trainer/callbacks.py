@@ -249,7 +249,8 @@ class ProgressBar(Callback):
 
 
 class TensorBoard(Callback):
-    """Log loss, learning rate, loss scale and throughput to TensorBoard (rank 0).
+    """Log loss, learning rate, loss scale, throughput and the evaluations (``eval/loss``,
+    ``eval/<metric>``) to TensorBoard (rank 0).
 
     Needs the ``tensorboard`` package; :meth:`available` says whether it is installed.
     """
@@ -278,6 +279,10 @@ class TensorBoard(Callback):
             self._writer.add_scalar(f"train/{name}", getattr(metrics, name), metrics.step)
         if metrics.grad_norm is not None:
             self._writer.add_scalar("train/grad_norm", metrics.grad_norm, metrics.step)
+        if metrics.eval_loss is not None:
+            self._writer.add_scalar("eval/loss", metrics.eval_loss, metrics.step)
+        for name, value in (metrics.eval_metrics or {}).items():
+            self._writer.add_scalar(f"eval/{name}", value, metrics.step)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -18,7 +18,6 @@ evaluation (and once per :attr:`EvalSums.FOLD` batches on long eval sets).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,8 +210,8 @@ class EvalSums:
         ``distributed``: a collective).
 
         Raises:
-            DataError: a metric counted no item over the whole eval set (its value would be
-                0/0).
+            DataError: the eval data held no batch (on any rank), or a metric counted no item
+                over the whole eval set (its value would be 0/0).
         """
         self._fold()
         sums = self._sums
@@ -222,6 +221,11 @@ class EvalSums:
             dist.all_reduce(sums)
             sums = sums.cpu()
         loss_sum, batches, *pairs = sums.tolist()
+        if not batches:
+            raise DataError(
+                "evaluate: the eval data produced no batch, so there is no loss to report. "
+                "Pass batches to evaluate (a non-empty list or DataLoader)."
+            )
         metrics: dict[str, float] = {}
         for index, name in enumerate(self.metrics):
             total, count = pairs[2 * index], pairs[2 * index + 1]
@@ -232,5 +236,4 @@ class EvalSums:
                     "the metric counts (accuracy skips the label -100)."
                 )
             metrics[name] = total / count
-        loss = loss_sum / batches if batches else math.nan
-        return EvalResult(step=step, loss=loss, metrics=metrics, batches=int(batches))
+        return EvalResult(step=step, loss=loss_sum / batches, metrics=metrics, batches=int(batches))

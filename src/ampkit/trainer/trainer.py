@@ -821,7 +821,8 @@ class Trainer:
         Raises:
             ConfigurationError: a metric is not valid or returned something other than
                 ``(total, count)``; ``fit`` has not set up the model yet.
-            DataError: a metric counted no item over the whole of ``data``.
+            DataError: ``data`` held no batch, or a metric counted no item over the whole of
+                it.
         """
         self._check_open("evaluate")
         if metrics is None:
