@@ -578,6 +578,7 @@ class Trainer:
             with self.mp:
                 if self.epochs is not None:  # before the scheduler factory reads it
                     self._max_steps = self.steps_for(train_data)
+                self.eval_history = []
                 self._setup(train_data)
                 self._resume()
                 for callback in self.callbacks:
