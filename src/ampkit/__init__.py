@@ -69,9 +69,11 @@ if TYPE_CHECKING:
     from ampkit.trainer import CompileConfig as CompileConfig
     from ampkit.trainer import DistributedConfig as DistributedConfig
     from ampkit.trainer import EvalConfig as EvalConfig
+    from ampkit.trainer import EvalResult as EvalResult
     from ampkit.trainer import FitResult as FitResult
     from ampkit.trainer import LoggingConfig as LoggingConfig
     from ampkit.trainer import Trainer as Trainer
+    from ampkit.trainer import accuracy as accuracy
 
 __version__ = "0.1.0"
 
@@ -130,6 +132,8 @@ _EXPORTS: dict[str, str] = {
     "CompileConfig": "ampkit.trainer",
     "DistributedConfig": "ampkit.trainer",
     "EvalConfig": "ampkit.trainer",
+    "EvalResult": "ampkit.trainer",
+    "accuracy": "ampkit.trainer",
     "LoggingConfig": "ampkit.trainer",
     "TrainConfig": "ampkit.gpt.config",
     "TrainSummary": "ampkit.gpt.job",
@@ -171,6 +175,7 @@ __all__ = [
     "DataError",
     "DistributedConfig",
     "EvalConfig",
+    "EvalResult",
     "ExportError",
     "ExportResult",
     "FitResult",
@@ -204,6 +209,7 @@ __all__ = [
     "TrainSummary",
     "Trainer",
     "UnsupportedPrecisionError",
+    "accuracy",
     "detect_nonfinite",
     "diagnose",
     "export",

@@ -23,7 +23,7 @@ from torch import nn
 from ampkit._tree import iter_tensors
 from ampkit.errors import ConfigurationError
 
-__all__ = ["batch_loss", "batch_size_of", "loss_from_output"]
+__all__ = ["batch_loss", "batch_output", "batch_size_of", "loss_from_output"]
 
 
 def loss_from_output(output: Any) -> torch.Tensor:
@@ -58,6 +58,18 @@ def batch_loss(
         ConfigurationError: ``loss_fn`` is given but the batch is not ``(inputs, targets)``,
             or the model's output holds no loss.
     """
+    return batch_output(model, batch, loss_fn)[0]
+
+
+def batch_output(
+    model: nn.Module, batch: Any, loss_fn: Callable[[Any, Any], torch.Tensor] | None = None
+) -> tuple[torch.Tensor, Any]:
+    """The loss of one batch (as :func:`batch_loss`) and the model's output it came from, for
+    what is computed from the outputs besides the loss (evaluation metrics).
+
+    Raises:
+        ConfigurationError: as :func:`batch_loss`.
+    """
     if loss_fn is not None:
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
             raise ConfigurationError(
@@ -65,12 +77,15 @@ def batch_loss(
                 f"{type(batch).__name__}. Drop loss_fn if the model returns its loss."
             )
         inputs, targets = batch
-        return loss_fn(model(inputs), targets)
+        output = model(inputs)
+        return loss_fn(output, targets), output
     if isinstance(batch, dict):
-        return loss_from_output(model(**batch))
-    if isinstance(batch, (tuple, list)):
-        return loss_from_output(model(*batch))
-    return loss_from_output(model(batch))
+        output = model(**batch)
+    elif isinstance(batch, (tuple, list)):
+        output = model(*batch)
+    else:
+        output = model(batch)
+    return loss_from_output(output), output
 
 
 def batch_size_of(batch: Any) -> int:

@@ -396,6 +396,10 @@ class MixedPrecision:
         ``model.no_sync()`` unless the micro-batch is the last of the window; for an FSDP2
         (``fully_shard``) model it switches ``set_requires_gradient_sync``. For other models it
         does nothing, so the same loop runs on one process and under ``torchrun``.
+
+        Pass each micro-batch's plain loss to :meth:`backward`, not ``loss /
+        grad_accum_steps``: ``backward`` divides by the accumulation itself, so dividing
+        first divides twice (gradients ``grad_accum_steps`` times too small, silently).
         """
         if self.is_final_micro_batch:
             yield
@@ -416,6 +420,14 @@ class MixedPrecision:
 
     def backward(self, loss: Any, **backward_kwargs: Any) -> None:
         """Run backward on ``loss / grad_accum_steps``, multiplied by the loss scale for fp16.
+
+        The division by the accumulation is done here: pass the micro-batch's plain loss (the
+        mean the model or the loss function returns). The usual ``loss = loss / grad_accum``
+        of a hand-written accumulation loop must go, or the loss is divided twice and the
+        gradients are ``grad_accum_steps`` times too small, with no error and no inf/NaN to
+        show for it. No warning is given: a loss divided by ``grad_accum_steps`` cannot be
+        told from a correct one (a sum over a batch of that many items divided by the batch
+        size).
 
         ``loss`` is the scalar loss tensor, or a model output holding it (an object with
         ``.loss`` such as a Hugging Face ``ModelOutput``, or a dict with ``"loss"``), or a list

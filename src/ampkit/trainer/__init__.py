@@ -6,7 +6,7 @@ grouped, validated settings), :mod:`~ampkit.trainer.state` (loop
 counters), :mod:`~ampkit.trainer.callbacks`, :mod:`~ampkit.trainer.checkpoint` (what a
 checkpoint holds) over :mod:`~ampkit.checkpoint.folder` (the atomic, verified folder
 format), :mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (the loader; the batch convention is
-:mod:`ampkit.precision.batches`), :mod:`~ampkit.trainer.metrics`.
+:mod:`ampkit.precision.batches`), :mod:`~ampkit.trainer.metrics`, :mod:`~ampkit.trainer.evaluation` (eval metrics).
 """
 
 from ampkit.trainer.callbacks import Callback as Callback
@@ -15,6 +15,8 @@ from ampkit.trainer.config import CompileConfig as CompileConfig
 from ampkit.trainer.config import DistributedConfig as DistributedConfig
 from ampkit.trainer.config import EvalConfig as EvalConfig
 from ampkit.trainer.config import LoggingConfig as LoggingConfig
+from ampkit.trainer.evaluation import EvalResult as EvalResult
+from ampkit.trainer.evaluation import accuracy as accuracy
 from ampkit.trainer.result import FitResult as FitResult
 from ampkit.trainer.trainer import Trainer as Trainer
 
@@ -24,7 +26,9 @@ __all__ = [
     "CompileConfig",
     "DistributedConfig",
     "EvalConfig",
+    "EvalResult",
     "FitResult",
     "LoggingConfig",
     "Trainer",
+    "accuracy",
 ]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ampkit._files import append_record, atomic_write
 from ampkit.errors import ConfigurationError, DataError, StorageError
+from ampkit.trainer.evaluation import EvalResult
 from ampkit.trainer.metrics import StepMetrics
 from ampkit.trainer.result import FitResult
 
@@ -41,16 +42,20 @@ class TrainerView(Protocol):
     Attributes:
         mp: the :class:`~ampkit.MixedPrecision` engine (policy, loss-scale stats).
         raw_model: the model as the user passed it (not wrapped by DDP/FSDP/compile).
-        max_steps: the optimizer step training stops at.
         resumed_from: the checkpoint this run resumed from, or None for a fresh run.
         resume: what the user asked for: ``"auto"``, a checkpoint path, or None.
     """
 
     mp: MixedPrecision
     raw_model: nn.Module
-    max_steps: int
     resumed_from: Path | None
     resume: str | Path | None
+
+    @property
+    def max_steps(self) -> int:
+        """The optimizer step training stops at (with ``epochs=``: derived from ``fit``'s
+        data, known from ``on_fit_start`` on)."""
+        ...
 
     @property
     def step(self) -> int:
@@ -67,8 +72,9 @@ class Callback:
     """Base class of Trainer callbacks; every hook is a no-op by default.
 
     Order of calls in ``fit``: ``on_fit_start`` once (after resume), then per optimizer step
-    ``on_step_end`` (every step, cheap: no GPU sync) and ``on_log`` (every ``log_every`` steps
-    and the last), ``on_checkpoint`` after each checkpoint is complete; then ``on_fit_end``
+    ``on_step_end`` (every step, cheap: no GPU sync), ``on_eval`` (at each evaluation of
+    ``EvalConfig``, before that step's ``on_log``) and ``on_log`` (every ``log_every`` steps,
+    every evaluated step and the last), ``on_checkpoint`` after each checkpoint is complete; then ``on_fit_end``
     when training ended normally or ``on_exception`` when it raised; ``close`` always, last.
     """
 
@@ -77,6 +83,10 @@ class Callback:
 
     def on_step_end(self, trainer: TrainerView, result: StepResult) -> None:
         """An optimizer step (or skipped step) has finished."""
+
+    def on_eval(self, trainer: TrainerView, result: EvalResult) -> None:
+        """An evaluation of ``EvalConfig.data`` has finished (every rank gets the same,
+        all-reduced ``result``: step, mean loss, each metric's value)."""
 
     def on_log(self, trainer: TrainerView, metrics: StepMetrics) -> None:
         """Metrics of a logged step are ready."""
@@ -239,7 +249,8 @@ class ProgressBar(Callback):
 
 
 class TensorBoard(Callback):
-    """Log loss, learning rate, loss scale and throughput to TensorBoard (rank 0).
+    """Log loss, learning rate, loss scale, throughput and the evaluations (``eval/loss``,
+    ``eval/<metric>``) to TensorBoard (rank 0).
 
     Needs the ``tensorboard`` package; :meth:`available` says whether it is installed.
     """
@@ -268,6 +279,10 @@ class TensorBoard(Callback):
             self._writer.add_scalar(f"train/{name}", getattr(metrics, name), metrics.step)
         if metrics.grad_norm is not None:
             self._writer.add_scalar("train/grad_norm", metrics.grad_norm, metrics.step)
+        if metrics.eval_loss is not None:
+            self._writer.add_scalar("eval/loss", metrics.eval_loss, metrics.step)
+        for name, value in (metrics.eval_metrics or {}).items():
+            self._writer.add_scalar(f"eval/{name}", value, metrics.step)
 
     def close(self) -> None:
         if self._writer is not None:

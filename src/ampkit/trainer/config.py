@@ -20,13 +20,14 @@ Each config is frozen; :func:`dataclasses.replace` makes a changed copy (and che
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ampkit._validate import check_int, is_number
 from ampkit.errors import CheckpointError, ConfigurationError
 from ampkit.trainer.distributed import STRATEGIES, Strategy
+from ampkit.trainer.evaluation import MetricFn, check_metrics
 
 __all__ = [
     "CheckpointConfig",
@@ -36,6 +37,7 @@ __all__ = [
     "LoggingConfig",
     "check_count",
     "check_config",
+    "check_length",
 ]
 
 #: The checkpoint layouts a run may ask for (``auto``: sharded under FSDP2 or with async
@@ -193,15 +195,23 @@ class EvalConfig:
         every: evaluate ``data`` every N optimizer steps (and at the last step); the mean
             loss is the ``eval_loss`` of that step's metrics row.
         data: the batches to evaluate (a re-iterable, e.g. a DataLoader), under the policy's
-            autocast without gradients; the training RNG is not touched.
+            autocast without gradients; the training RNG is not touched. Under DDP each rank
+            evaluates the batches it is given (its share of the eval set).
+        metrics: name -> ``metric(outputs, batch) -> (total, count)``, e.g.
+            ``{"accuracy": ampkit.accuracy}``: each metric's value is the sum of its totals
+            over the sum of its counts over every eval batch of every rank (exact, whatever
+            the batch sizes), logged as ``eval_<name>`` in the step's metrics row and kept in
+            ``FitResult.eval_history`` (:mod:`ampkit.trainer.evaluation`).
 
     Raises:
-        ConfigurationError: ``every`` is not an integer >= 1, or ``data`` is None or cannot
-            be iterated.
+        ConfigurationError: ``every`` is not an integer >= 1, ``data`` is None or cannot
+            be iterated, or ``metrics`` is not a mapping of names to functions (or names a
+            metric ``loss``).
     """
 
     every: int
     data: Any
+    metrics: Mapping[str, MetricFn] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_count("EvalConfig", "every", self.every, optional=False)
@@ -210,6 +220,7 @@ class EvalConfig:
                 f"EvalConfig: data={type(self.data).__name__} is not iterable. Pass the "
                 "batches to evaluate (a list or a DataLoader)."
             )
+        check_metrics("EvalConfig", self.metrics)
 
 
 @dataclass(frozen=True)
@@ -270,6 +281,24 @@ class CompileConfig:
                 f"CompileConfig: mode={self.mode!r} is invalid. Pass one of torch.compile's "
                 "modes (e.g. 'reduce-overhead', 'max-autotune'), or None."
             )
+
+
+def check_length(max_steps: object, epochs: object) -> None:
+    """Refuse a Trainer given both or neither of ``max_steps`` and ``epochs``, or either
+    that is not an integer >= 1.
+
+    Raises:
+        ConfigurationError: naming the argument and what to pass.
+    """
+    if (max_steps is None) == (epochs is None):
+        given = "both" if max_steps is not None else "neither"
+        raise ConfigurationError(
+            f"Trainer: got {given} of max_steps and epochs. Pass exactly one: max_steps=N "
+            "(optimizer steps) or epochs=N (passes over the training data; the steps are "
+            "derived from its length, see Trainer.steps_for)."
+        )
+    check_count("Trainer", "max_steps", max_steps)
+    check_count("Trainer", "epochs", epochs)
 
 
 def check_config(name: str, value: object, kind: type, *, optional: bool = True) -> None:

@@ -3,7 +3,7 @@
 Both are :class:`~ampkit.callbacks.Callback` subclasses that send each logged step with the keys
 of ``metrics.jsonl`` (``loss``, ``lr``, ``scale``, ``skipped``, ``grad_norm``,
 ``step_time_ms``, ``samples_per_s``, and ``tokens_per_s``, ``eval_loss``, ``lost_updates``
-when set), at ``step`` = the optimizer step, from rank 0 only::
+and each eval metric as ``eval_<name>`` when set), at ``step`` = the optimizer step, from rank 0 only::
 
     from ampkit.trainer.loggers import MLflowLogger, WandbLogger
 
@@ -24,7 +24,6 @@ import contextlib
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,14 +43,13 @@ T = TypeVar("T")
 def metric_values(metrics: StepMetrics) -> dict[str, float]:
     """The numeric keys of a ``metrics.jsonl`` row (``skipped`` as 0/1), without ``step``.
 
-    Unset optional values (None) are left out; inf/NaN are kept (a tracker shows them, where
-    the JSON line writes null).
+    Unset optional values (None) are left out; eval metrics are ``eval_<name>`` as in the
+    file; inf/NaN are kept (a tracker shows them, where the JSON line writes null).
     """
     values: dict[str, float] = {}
-    for key, value in asdict(metrics).items():
-        if key == "step" or value is None or isinstance(value, str):
-            continue
-        values[key] = float(value)
+    for key, value in metrics.flat().items():
+        if key != "step" and isinstance(value, (int, float)):  # bool too: skipped as 0/1
+            values[key] = float(value)
     return values
 
 

@@ -15,7 +15,7 @@ from ampkit.precision.devices import peak_memory, reset_peak_memory
 
 __all__ = ["StepMetrics", "Throughput", "peak_memory", "reset_peak_memory"]
 
-_OPTIONAL = ("eval_loss", "precision_change", "lost_updates")  # written only when set
+_OPTIONAL = ("eval_loss", "eval_metrics", "precision_change", "lost_updates")  # only when set
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class StepMetrics:
             the precision on purpose; left out of the JSON line otherwise.
         lost_updates: bf16-true only: share of this step's intended weight updates that the
             bf16 weights did not store (None for other precisions).
+        eval_metrics: each ``EvalConfig.metrics`` value at this step (name -> value), written
+            as ``eval_<name>`` keys of the JSON line; None when not evaluated.
     """
 
     step: int
@@ -52,14 +54,27 @@ class StepMetrics:
     eval_loss: float | None = None
     precision_change: str | None = None
     lost_updates: float | None = None
+    eval_metrics: dict[str, float] | None = None
+
+    def flat(self) -> dict[str, object]:
+        """The row's keys as ``metrics.jsonl`` has them: unset optional values left out, each
+        eval metric as ``eval_<name>``."""
+        row: dict[str, object] = {}
+        for key, value in asdict(self).items():
+            if key in _OPTIONAL and value is None:
+                continue
+            if key == "eval_metrics":
+                row.update((f"eval_{name}", metric) for name, metric in value.items())
+            else:
+                row[key] = value
+        return row
 
     def to_json(self) -> str:
         """One JSON line; non-finite numbers become null so every line parses as strict JSON.
         ``lost_updates`` is written only under bf16-true (where it is measured)."""
         row = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
-            for k, v in asdict(self).items()
-            if k not in _OPTIONAL or v is not None
+            for k, v in self.flat().items()
         }
         return json.dumps(row, separators=(",", ":"))
 

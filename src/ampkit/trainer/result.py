@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ampkit.trainer.evaluation import EvalResult
+
 __all__ = ["FitResult"]
 
 
@@ -31,6 +33,9 @@ class FitResult:
             ``"stochastic"`` or ``"none"``); None for the other precisions.
         lost_updates: bf16-true only: the share of intended weight updates the bf16 weights
             rounded away, at the last logged step (None before the first log, or otherwise).
+        eval_history: every evaluation of ``EvalConfig`` this call ran, in order (step, mean
+            loss, each metric's value; :class:`~ampkit.trainer.evaluation.EvalResult`);
+            empty without ``eval=``. A resumed run lists the evaluations after the resume.
     """
 
     precision: str
@@ -52,3 +57,9 @@ class FitResult:
     scale_history: list[tuple[int, float]] = field(default_factory=list)
     update_compensation: str | None = None
     lost_updates: float | None = None
+    eval_history: list[EvalResult] = field(default_factory=list)
+
+    @property
+    def last_eval(self) -> EvalResult | None:
+        """The last evaluation of this call (that of the last step), or None."""
+        return self.eval_history[-1] if self.eval_history else None

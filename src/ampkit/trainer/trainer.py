@@ -6,13 +6,14 @@
     move the model to the device; channels_last; DDP / FSDP2 wrap; torch.compile
     build the TrainingParts (model, optimizer, scheduler, engine, counters, dist) once
     resume from a verified checkpoint ("auto": the newest one that verifies)
+    derive max_steps from the data and the accumulation (with epochs=; steps_for)
     [on_fit_start]
     until max_steps optimizer steps:
         for each micro-batch of the resumable, rank-aware loader:
             with mp.accumulate(model), mp.autocast(): loss = batch_loss(model, batch)
             mp.backward(loss); result = mp.step(optimizer, scheduler)
-            if the window ended: [on_step_end]; evaluate every EvalConfig.every steps;
-                log [on_log]; checkpoint [on_checkpoint]
+            if the window ended: [on_step_end]; evaluate every EvalConfig.every steps
+                [on_eval]; log [on_log]; checkpoint [on_checkpoint]
             fp32/bf16: a non-finite loss at a logged or checkpoint step stops training
     [on_fit_end] (or [on_exception] when it raised); [close]
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
@@ -43,7 +44,7 @@ from ampkit.errors import (
     NonFiniteTrainingError,
     StorageError,
 )
-from ampkit.precision.batches import batch_loss, batch_size_of
+from ampkit.precision.batches import batch_loss, batch_output, batch_size_of
 from ampkit.precision.devices import fork_rng, peak_memory, reset_peak_memory
 from ampkit.precision.engine import MixedPrecision, StepResult
 from ampkit.precision.modes import PrecisionMode, TrainingSetup
@@ -65,6 +66,7 @@ from ampkit.trainer.config import (
     LoggingConfig,
     check_config,
     check_count,
+    check_length,
 )
 from ampkit.trainer.data import build_loader, example_batch
 from ampkit.trainer.distributed import (
@@ -75,6 +77,7 @@ from ampkit.trainer.distributed import (
     teardown_distributed,
     wrap_model,
 )
+from ampkit.trainer.evaluation import EvalResult, EvalSums, MetricFn, check_metrics
 from ampkit.trainer.metrics import Throughput
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
@@ -96,6 +99,10 @@ class Trainer:
         optimizer: an optimizer over ``model``'s parameters, or a factory called with the
             parameters after wrapping (required for ``strategy="fsdp"``).
         max_steps: optimizer steps to train for (a resumed run stops at the same step).
+        epochs: instead of ``max_steps``, passes over ``fit``'s training data; the optimizer
+            steps are derived from its length (:meth:`steps_for`, readable as
+            :attr:`num_training_steps` from set-up on, e.g. by a scheduler factory). Exactly
+            one of ``max_steps`` and ``epochs`` is given.
         loss_fn: ``loss_fn(outputs, targets)``; None when the model returns its loss.
         precision: ``"auto"``, a name (``"bf16"``, ``"fp8"``, ...), a :class:`~ampkit.Policy`, or a
             precision mode object holding the mode's options, e.g.
@@ -103,7 +110,9 @@ class Trainer:
             ``ampkit.Fp8(plan=plan)`` (:mod:`ampkit.precision.modes`).
         device, grad_accum_steps, max_grad_norm: as :class:`~ampkit.MixedPrecision`.
         scheduler: an LR scheduler, or a factory called with the optimizer. It steps only
-            when the optimizer stepped.
+            when the optimizer stepped. A factory runs after the step count is known, so it
+            may read ``trainer.num_training_steps`` (e.g. for
+            ``transformers.get_linear_schedule_with_warmup``).
         batch_size: per-process micro-batch size, used when ``fit`` gets a Dataset.
         num_workers: DataLoader workers when the Trainer builds the loader (default: 0 on CPU,
             ``min(4, cpus // 2)`` on CUDA).
@@ -119,8 +128,9 @@ class Trainer:
             layout, asynchronous writes); None: no checkpoints.
         logging: a :class:`~ampkit.LoggingConfig` (log interval, metrics file, progress bar,
             tokens per sample); None: its defaults.
-        eval: an :class:`~ampkit.EvalConfig` (evaluate batches every N steps); None: no
-            evaluation during training.
+        eval: an :class:`~ampkit.EvalConfig` (evaluate batches every N steps, with metrics
+            such as :func:`ampkit.accuracy`); the results are in ``FitResult.eval_history``,
+            the metrics rows and ``Callback.on_eval``. None: no evaluation during training.
         distributed: a :class:`~ampkit.DistributedConfig` (strategy under torchrun, collective
             timeout); None: its defaults (DDP under torchrun).
         compile: a :class:`~ampkit.CompileConfig`, or a bool/None for its ``enabled``
@@ -148,8 +158,9 @@ class Trainer:
     destroyed at interpreter exit (so torch does not warn of a leaked group).
 
     Raises:
-        ConfigurationError: an invalid setting, a precision the hardware cannot run, an
-            optimizer needing closures under fp16, an optimizer instance with FSDP.
+        ConfigurationError: an invalid setting (both or neither of ``max_steps`` and
+            ``epochs``, ...), a precision the hardware cannot run, an optimizer needing
+            closures under fp16, an optimizer instance with FSDP.
         CheckpointError: ``checkpoint.resume`` names a checkpoint that does not exist, or a
             file.
     """
@@ -159,7 +170,8 @@ class Trainer:
         model: nn.Module,
         optimizer: OptimizerLike,
         *,
-        max_steps: int,
+        max_steps: int | None = None,
+        epochs: int | None = None,
         loss_fn: Callable[[Any, Any], torch.Tensor] | None = None,
         precision: str | Policy | PrecisionMode = "auto",
         device: torch.device | str | None = None,
@@ -181,7 +193,7 @@ class Trainer:
         channels_last: bool = False,
         cudnn_benchmark: bool = False,
     ) -> None:
-        check_count("Trainer", "max_steps", max_steps, optional=False)
+        check_length(max_steps, epochs)
         check_count("Trainer", "batch_size", batch_size)
         check_config("checkpoint", checkpoint, CheckpointConfig)
         check_config("logging", logging, LoggingConfig)
@@ -224,7 +236,9 @@ class Trainer:
         self.optimizer_like, self.scheduler_like = optimizer, scheduler
         self.optimizer: torch.optim.Optimizer | None = None
         self.scheduler: Any = None
-        self.loss_fn, self.max_steps, self.batch_size = loss_fn, max_steps, batch_size
+        self.loss_fn, self.batch_size = loss_fn, batch_size
+        self.epochs = epochs
+        self._max_steps = max_steps  # with epochs: derived by fit (steps_for)
         self.num_workers, self.seed = num_workers, seed
         self.strategy: Strategy = distributed.strategy
         # the settings the loop reads, taken from the configs once
@@ -253,6 +267,8 @@ class Trainer:
         ]
         self.eval_every = eval.every if eval else None
         self.eval_data: Any = eval.data if eval else None
+        self.eval_metrics: dict[str, MetricFn] = dict(eval.metrics) if eval else {}
+        self.eval_history: list[EvalResult] = []  # the evaluations of the current fit
         self._precision_change: str | None = None
         self.log_every, self.tokens_per_sample = logging.log_every, logging.tokens_per_sample
         self.final_weights = Path(final_weights) if final_weights else None
@@ -320,6 +336,84 @@ class Trainer:
     def step(self) -> int:
         """Optimizer steps done (restored on resume)."""
         return self.state.step
+
+    @property
+    def max_steps(self) -> int:
+        """The optimizer step training stops at: ``max_steps``, or with ``epochs`` the count
+        :meth:`steps_for` derives from ``fit``'s data (known once ``fit`` has started).
+
+        Raises:
+            ConfigurationError: read before ``fit`` in an ``epochs`` run.
+        """
+        if self._max_steps is None:
+            raise ConfigurationError(
+                f"Trainer: with epochs={self.epochs} the number of optimizer steps comes from "
+                "the training data, which fit() has not seen yet. Read it inside fit (a "
+                "scheduler factory, a callback) or call trainer.steps_for(train_data)."
+            )
+        return self._max_steps
+
+    @property
+    def num_training_steps(self) -> int:
+        """The optimizer steps of the whole run (:attr:`max_steps`), the number a scheduler
+        such as ``get_linear_schedule_with_warmup`` needs; a scheduler factory may read it.
+
+        Raises:
+            ConfigurationError: read before ``fit`` in an ``epochs`` run.
+        """
+        return self.max_steps
+
+    def steps_for(self, train_data: Any) -> int:
+        """The optimizer steps ``fit(train_data)`` trains for.
+
+        With ``max_steps``: that number. With ``epochs``: ``(epochs * per_epoch) //
+        grad_accum_steps``, where ``per_epoch`` is the micro-batches one process draws from
+        the data in one epoch: for a Dataset ``len(dataset) // world_size // batch_size`` (the
+        Trainer's loader deals ``len(dataset) // world_size`` samples to every rank and drops
+        an incomplete last batch), for an iterable of batches ``len(train_data)`` (per
+        process, e.g. your DataLoader over a ``DistributedSampler``). An accumulation window
+        runs on across an epoch's end, as the loop does; the last ``(epochs * per_epoch) %
+        grad_accum_steps`` micro-batches, too few for a window, are not trained on. A resumed
+        run with the same data, batch size and number of processes stops at the same step.
+        Joins the torchrun process group (for the world size) if not yet joined.
+
+        Raises:
+            ConfigurationError: with ``epochs``, the data has no length, or fewer
+                micro-batches than one accumulation window.
+        """
+        if self.epochs is None:
+            return self.max_steps
+        self._check_open("steps_for")
+        if isinstance(train_data, torch.utils.data.Dataset) and hasattr(train_data, "__len__"):
+            if self.batch_size is None:
+                raise ConfigurationError(
+                    "Trainer: fit() got a Dataset, so batch_size is needed to build the "
+                    "loader. Pass batch_size=N (per process)."
+                )
+            size = len(train_data)
+            per_epoch = size // self.dist.world_size // self.batch_size
+            source = (
+                f"{size} samples // {self.dist.world_size} process(es) // batch_size "
+                f"{self.batch_size}"
+            )
+        elif hasattr(train_data, "__len__"):
+            per_epoch = len(train_data)
+            source = f"len(train_data) = {per_epoch}"
+        else:
+            raise ConfigurationError(
+                f"Trainer: epochs={self.epochs} needs the length of the training data, and a "
+                f"{type(train_data).__name__} has none. Pass a Dataset (with batch_size) or a "
+                "DataLoader, or give max_steps instead of epochs."
+            )
+        steps = self.epochs * per_epoch // self.mp.grad_accum_steps
+        if steps < 1:
+            raise ConfigurationError(
+                f"Trainer: epochs={self.epochs} of {per_epoch} micro-batch(es) per epoch "
+                f"({source}) do not fill one accumulation window of grad_accum_steps="
+                f"{self.mp.grad_accum_steps}. Use more data, a smaller batch_size or "
+                "grad_accum_steps, or more epochs."
+            )
+        return steps
 
     @property
     def is_main(self) -> bool:
@@ -469,7 +563,7 @@ class Trainer:
             self.state.batch_in_epoch = 0
 
     def fit(self, train_data: Any, val_data: Any = None) -> FitResult:
-        """Train until ``max_steps``; return a :class:`FitResult`.
+        """Train until ``max_steps`` (or for ``epochs``); return a :class:`FitResult`.
 
         ``train_data``: a map-style Dataset (the Trainer builds the loader, rank-aware and
         resumable) or any re-iterable of batches (e.g. your DataLoader; on resume the current
@@ -482,6 +576,9 @@ class Trainer:
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
         try:
             with self.mp:
+                if self.epochs is not None:  # before the scheduler factory reads it
+                    self._max_steps = self.steps_for(train_data)
+                self.eval_history = []
                 self._setup(train_data)
                 self._resume()
                 for callback in self.callbacks:
@@ -562,7 +659,12 @@ class Trainer:
                 grad_norm=result.grad_norm,
             )
             if evaluate:
-                metrics = replace(metrics, eval_loss=self._evaluate_forked(self.eval_data))
+                evaluation = self._evaluate_during_fit()
+                metrics = replace(
+                    metrics,
+                    eval_loss=evaluation.loss,
+                    eval_metrics=dict(evaluation.metrics) if self.eval_metrics else None,
+                )
                 meter.restart_interval()
             if self._precision_change:
                 metrics = replace(metrics, precision_change=self._precision_change)
@@ -635,6 +737,7 @@ class Trainer:
             checkpoints=list(self.saved),
             notes=list(self.notes),
             scale_history=list(stats.scale_history),
+            eval_history=list(self.eval_history),
             **self.mp.mode.result_fields(),
         )
 
@@ -678,28 +781,63 @@ class Trainer:
                     exc, str(path), "Training finished; its last checkpoint (if any) is intact."
                 ) from None
 
-    def _evaluate_forked(self, data: Iterable[Any]) -> float:
-        """:meth:`evaluate` with the RNG streams restored afterwards, so that evaluating
-        (a shuffling loader, say) leaves the training run exactly as without it."""
+    def _evaluate_during_fit(self) -> EvalResult:
+        """One evaluation of ``EvalConfig``: kept in the history, passed to the callbacks."""
+        evaluation = self._evaluate_forked(self.eval_data, self.eval_metrics)
+        self.eval_history.append(evaluation)
+        for callback in self.callbacks:
+            callback.on_eval(self, evaluation)
+        return evaluation
+
+    def _evaluate_forked(self, data: Iterable[Any], metrics: Mapping[str, MetricFn]) -> EvalResult:
+        """:meth:`evaluate_metrics` with the RNG streams restored afterwards, so that
+        evaluating (a shuffling loader, say) leaves the training run exactly as without it."""
         with fork_rng(self.device):
-            return self.evaluate(data)
+            return self.evaluate_metrics(data, metrics)
+
+    def evaluate(self, data: Iterable[Any]) -> float:
+        """Mean loss over ``data`` under the policy's autocast, without gradients (the
+        mean of the batches' losses over every rank; collective under torchrun)."""
+        return self.evaluate_metrics(data, {}).loss
 
     @torch.no_grad()
-    def evaluate(self, data: Iterable[Any]) -> float:
-        """Mean loss over ``data`` under the policy's autocast, without gradients."""
+    def evaluate_metrics(
+        self, data: Iterable[Any], metrics: Mapping[str, MetricFn] | None = None
+    ) -> EvalResult:
+        """Evaluate ``data``: the mean loss and each metric, exact over all of it.
+
+        Each batch runs under the policy's autocast in eval mode without gradients; each
+        metric ``metric(outputs, batch) -> (total, count)`` sees the model's output and the
+        batch on the device, and its value is ``sum(total) / sum(count)`` over every batch of
+        every rank (all-reduced under torchrun: every rank calls this, each with its share).
+
+        Args:
+            data: the batches (any iterable), in the batch convention of ``fit``.
+            metrics: name -> metric function (e.g. ``{"accuracy": ampkit.accuracy}``); None:
+                those of ``EvalConfig``.
+
+        Returns:
+            An :class:`~ampkit.trainer.evaluation.EvalResult` at the current step.
+
+        Raises:
+            ConfigurationError: a metric is not valid or returned something other than
+                ``(total, count)``; ``fit`` has not set up the model yet.
+            DataError: ``data`` held no batch, or a metric counted no item over the whole of
+                it.
+        """
         self._check_open("evaluate")
+        if metrics is None:
+            metrics = self.eval_metrics
+        check_metrics("Trainer.evaluate_metrics", metrics)
+        sums = EvalSums(metrics, self.device)
         was_training = self.model.training
         self.model.eval()
-        total, count = torch.zeros((), device=self.device), 0
         try:
             for batch in data:
+                batch = to_device(batch, self.device, self.channels_last)
                 with self.mp.autocast():
-                    batch = to_device(batch, self.device, self.channels_last)
-                    total += batch_loss(self.model, batch, self.loss_fn).float()
-                count += 1
+                    loss, outputs = batch_output(self.model, batch, self.loss_fn)
+                sums.add(loss, outputs, batch)
         finally:
             self.model.train(was_training)
-        if self.dist.distributed:
-            dist.all_reduce(total)
-            count *= self.dist.world_size
-        return float(total) / max(count, 1)
+        return sums.result(self.state.step, distributed=self.dist.distributed)
