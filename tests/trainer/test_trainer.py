@@ -157,6 +157,7 @@ def test_resume_continues_to_the_same_weights_in_process(tmp_path):
         dataset()
     )
     assert result.resumed_from.endswith("step-00000005")
+    assert result.steps == 8  # the whole run's steps, those before the resume included
     for a, b in zip(resumed.parameters(), straight.parameters(), strict=True):
         assert torch.equal(a, b)
 

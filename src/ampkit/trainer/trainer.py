@@ -724,7 +724,7 @@ class Trainer:
             reason=self.mp.policy.reason,
             device=str(self.device),
             world_size=self.dist.world_size,
-            steps=stats.steps,
+            steps=self.state.step,  # restored on resume: the whole run's steps
             skipped_steps=stats.skipped_steps,
             final_loss=meter.last_loss,
             samples_per_s=rate,
