@@ -141,6 +141,7 @@ def _row(state: ModuleState, scale: float) -> ModuleRow:
         forward=_phase_row(state.forward, 1.0),
         backward=_phase_row(state.backward, scale),
         rel_error=rel,
+        pass_through=state.passes_through,
     )
 
 
@@ -276,7 +277,9 @@ def diagnose(
     input_overflow = [
         n
         for n, s in states.items()
-        if n not in parents and s.input_max >= limits["fp16"].overflow_at
+        if n not in parents
+        and not s.passes_through  # it runs in its input's dtype: autocast casts nothing for it
+        and s.input_max >= limits["fp16"].overflow_at
     ]
     try:
         resolve_precision("bf16", device, hardware=hardware)

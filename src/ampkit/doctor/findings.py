@@ -12,13 +12,19 @@ named only when the problem is in its own code (an inline division, say), not in
   subnormal in the format (gradients: at that loss scale).
 * ``precision-loss``: re-run in the format, the module's output is off by more than
   ``Tolerances.precision_loss`` (relative L2 error), with no overflow or inf/NaN to explain it.
+
+A pass-through module (Identity, Dropout, DropPath, Flatten, or one that kept its inputs'
+range on every call, :mod:`ampkit.doctor.passthrough`) has no findings of its own: what is seen
+at it is moved to the module that made the values it forwarded (``NumericsFinding.through``
+names it), unless that module has the same finding already.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ampkit.doctor.passthrough import producer
 from ampkit.doctor.recorder import ModuleState
 from ampkit.doctor.rows import NumericsFinding, Recommendation
 from ampkit.precision.stats import FormatLimits
@@ -172,6 +178,27 @@ def _descendant(child: str, parent: str) -> bool:
     return child != parent and (parent == "" or child.startswith(parent + "."))
 
 
+def _moved(
+    finding: NumericsFinding, state: ModuleState, states: Mapping[str, ModuleState]
+) -> NumericsFinding:
+    """``finding``, seen at pass-through module ``state``, told of the module that made the
+    values it forwarded."""
+    target = producer(state.name, states)
+    kind = states[target].type if target in states else ""
+    text = finding.message.removeprefix(f"{state.name} ({state.type}): ")
+    source = f"{target}'s values" if target else "the model's inputs or its own code's values"
+    return replace(
+        finding,
+        module=target,
+        module_type=kind,
+        message=(
+            f"{target or '(model)'} ({kind}): {text} (measured at {state.name} ({state.type}), "
+            f"a pass-through module that forwards {source})"
+        ),
+        through=state.name,
+    )
+
+
 def evaluate(
     states: Mapping[str, ModuleState],
     fmt: str,
@@ -180,7 +207,22 @@ def evaluate(
     tol: Tolerances,
 ) -> list[NumericsFinding]:
     """Findings for format ``fmt`` (gradients at loss ``scale``), each where it starts."""
-    raw = [f for s in states.values() for f in _candidates(s, fmt, lim, scale, tol)]
+    own = [
+        f
+        for s in states.values()
+        if not s.passes_through
+        for f in _candidates(s, fmt, lim, scale, tol)
+    ]
+    owned = {(f.module, f.kind, f.phase) for f in own}
+    moved: dict[tuple[str, str, str], NumericsFinding] = {}
+    for s in states.values():
+        if s.passes_through:
+            for f in _candidates(s, fmt, lim, scale, tol):
+                f = _moved(f, s, states)
+                key = (f.module, f.kind, f.phase)
+                if key not in owned:
+                    moved.setdefault(key, f)
+    raw = [*own, *moved.values()]
     keys = {(f.module, f.kind, f.phase) for f in raw}
     forward_named = {f.module for f in raw if f.phase == "forward"}
     explained = {f.module for f in raw if f.kind in ("overflow", "non-finite")}

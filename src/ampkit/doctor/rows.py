@@ -42,6 +42,8 @@ class NumericsFinding:
         step: 1-based step (forward pass) where it was seen, when known.
         dtype: dtype of the offending tensor, when known.
         input_ranges: ``(min, max)`` of each floating input of the offending call, when known.
+        through: the pass-through module (Dropout, Identity, ...) the problem was seen at,
+            when it was moved from there to the module that made the values.
     """
 
     module: str
@@ -54,6 +56,7 @@ class NumericsFinding:
     step: int | None = None
     dtype: str | None = None
     input_ranges: tuple[tuple[float, float], ...] = ()
+    through: str | None = None
 
     def __str__(self) -> str:
         return self.message
@@ -138,6 +141,8 @@ class ModuleRow:
         forward, backward: activation and gradient statistics (None if never seen).
         rel_error: per candidate format, the largest relative error (L2) of the module's
             output when re-run under autocast in that format from the same fp32 inputs.
+        pass_through: the module only forwards its inputs' values (Identity, Dropout, a
+            parameter-free module that kept its inputs' range); it has no findings of its own.
     """
 
     name: str
@@ -146,6 +151,7 @@ class ModuleRow:
     forward: PhaseRow | None
     backward: PhaseRow | None
     rel_error: Mapping[str, float]
+    pass_through: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
@@ -156,6 +162,7 @@ class ModuleRow:
             "forward": self.forward.to_dict() if self.forward else None,
             "backward": self.backward.to_dict() if self.backward else None,
             "rel_error": json_safe(dict(self.rel_error)),
+            "pass_through": self.pass_through,
         }
 
 
