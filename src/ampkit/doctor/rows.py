@@ -12,6 +12,7 @@ from ampkit._files import json_safe
 from ampkit.precision.stats import HIST_MIN_EXPONENT, Fit
 
 __all__ = [
+    "Alternative",
     "FindingKind",
     "MapRow",
     "ModuleRow",
@@ -67,6 +68,25 @@ class NumericsFinding:
 
 
 @dataclass(frozen=True)
+class Alternative:
+    """Another way to train the model, offered when the recommendation keeps most of the
+    compute in fp32.
+
+    Attributes:
+        precision: ``fp32``, ``fp16`` or ``bf16``.
+        keep_fp32: module names to run in fp32 with it.
+        fp32_compute: share of the compute that runs in fp32 (see
+            :attr:`Recommendation.fp32_compute`).
+        why: what it costs and what it gives, in one sentence.
+    """
+
+    precision: str
+    keep_fp32: tuple[str, ...]
+    fp32_compute: float
+    why: str
+
+
+@dataclass(frozen=True)
 class Recommendation:
     """How to train this model, from what the doctor measured.
 
@@ -79,6 +99,14 @@ class Recommendation:
         reasons: one sentence per decision.
         hardware: what ``resolve_precision("auto")`` picks on this machine, and why (whether
             mixed precision is faster here at all).
+        fp32_compute: share of the model's compute inside ``keep_fp32`` (the matmul,
+            convolution and attention FLOPs of one forward pass; the parameters where none are
+            counted); None when nothing is kept fp32.
+        fp32_params: share of the model's parameters inside ``keep_fp32``; None when nothing
+            is kept fp32 or the model has no parameters.
+        alternatives: when ``fp32_compute`` is above :data:`~ampkit.doctor.findings.MOSTLY_FP32`:
+            plain fp32, this recommendation with its cost, and (where only precision loss
+            was found) the precision without islands with the measured error.
     """
 
     precision: str | None
@@ -86,6 +114,9 @@ class Recommendation:
     keep_fp32: tuple[str, ...]
     reasons: tuple[str, ...]
     hardware: str = ""
+    fp32_compute: float | None = None
+    fp32_params: float | None = None
+    alternatives: tuple[Alternative, ...] = ()
 
     def snippet(self) -> str:
         """Python that applies this recommendation with :class:`ampkit.MixedPrecision`."""
