@@ -237,7 +237,9 @@ def diagnose(
     report = progress or _quiet
     modules = len(recorder.states)
     if replay:
-        recorder.on_module_rerun = lambda done: report("module re-runs", min(done, modules), modules)
+        recorder.on_module_rerun = lambda done: report(
+            "module re-runs", min(done, modules), modules
+        )
     params = list(model.parameters())
     pmap = None
     bad_loss: tuple[int, float] | None = None  # (step, value) of the first inf/NaN loss

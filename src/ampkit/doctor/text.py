@@ -96,7 +96,9 @@ def render_text(report: ReportView, *, findings_only: bool = False) -> str:
         out.append(f"  init_scale {rec.init_scale:g}")
     out.append(f"  keep_fp32  {', '.join(rec.keep_fp32) or '(none)'}")
     if rec.fp32_compute is not None:
-        out.append(f"  fp32 share {_share(rec.fp32_compute)} of the compute in the keep_fp32 modules")
+        out.append(
+            f"  fp32 share {_share(rec.fp32_compute)} of the compute in the keep_fp32 modules"
+        )
     out += [f"  why        {r}" for r in rec.reasons]
     if rec.alternatives:
         out.append("  alternatives:")
