@@ -40,6 +40,7 @@ class Progress:
         stream: where to draw (default: stderr at call time); nothing is drawn unless it is a
             terminal.
         unit: what is counted, per stage (a stage not listed counts ``"it"``).
+        mininterval: least seconds between two redraws of the bar.
     """
 
     def __init__(
@@ -48,11 +49,13 @@ class Progress:
         *,
         stream: TextIO | None = None,
         unit: dict[str, str] | None = None,
+        mininterval: float = 0.1,
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", None)
         self.enabled = bool(enabled and callable(isatty) and isatty())
         self.units = dict(unit or {})
+        self.mininterval = mininterval
         self._bar: Any = None
         self._stage: str | None = None
 
@@ -71,6 +74,7 @@ class Progress:
                 file=self.stream,
                 dynamic_ncols=True,
                 leave=False,
+                mininterval=self.mininterval,
             )
         self._bar.update(max(0, done - self._bar.n))
 

@@ -332,9 +332,9 @@ def diagnose(
     if pmap is not None:
         findings = _note_fp32_outputs(findings, pmap)
     used = {f.name: f.to_dict() for f in number_formats()}
-    report(f"{mode.name} checks", 0, 1)
+    report("precision mode probes", 0, 1)
     sections = mode.doctor_sections(model, closure, steps=steps, lr=lr)
-    report(f"{mode.name} checks", 1, 1)
+    report("precision mode probes", 1, 1)
     return NumericsReport(
         precision=mode.name,
         measured_as=candidate,
