@@ -120,4 +120,6 @@ def test_diagnose_reports_the_share_of_a_trunk_island():
     assert "fp32 share 97% of the compute" in text and "alternatives:" in text
     data = json.loads(report.to_json())
     assert data["recommendation"]["alternatives"][0]["precision"] == "fp32"
+    page = report._repr_html_()
+    assert "<th>fp32 share</th><td>97% of the compute" in page and "<th>alternative</th>" in page
     assert all(p.grad is None for p in model.parameters())
