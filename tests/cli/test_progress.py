@@ -88,3 +88,25 @@ def test_every_long_command_has_no_progress():
     for command in ("doctor", "export", "lint"):
         result = CliRunner().invoke(main, [command, "--help"])
         assert "--no-progress" in result.output, command
+
+
+def test_export_passes_the_doctors_progress_on(tmp_path):
+    import torch
+
+    import ampkit
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    calls: list[tuple[str, int, int]] = []
+    ampkit.export(
+        model,
+        torch.randn(2, 8),
+        tmp_path / "m.pt2",
+        precision="bf16",
+        format="torch-export",
+        parity_batches=1,
+        progress=lambda *c: calls.append(c),
+    )
+    assert ("doctor: fp32 steps", 1, 1) in calls
+    assert ("doctor: module re-runs", 4, 4) in calls  # the Sequential and its three layers
+    assert calls[-1] == ("parity batches", 2, 2)

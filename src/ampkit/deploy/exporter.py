@@ -167,7 +167,8 @@ def export(
         seed: seeds the random parity batches.
         progress: called as ``progress(stage, done, total)`` after each parity batch of the
             fp32 reference (``"fp32 reference batches"``) and of the exported file
-            (``"parity batches"``); nothing is printed.
+            (``"parity batches"``), and with the doctor's stages (``"doctor: ..."``) when it
+            chooses ``keep_fp32``; nothing is printed.
 
     Returns:
         The :class:`~ampkit.deploy.ExportResult`: file, size, what stayed fp32, parity table.
@@ -219,7 +220,7 @@ def export(
         if keep_fp32 is None:
             from ampkit.deploy.islands import doctor_keep_fp32
 
-            modules, doctor_notes = doctor_keep_fp32(model, signature, precision)
+            modules, doctor_notes = doctor_keep_fp32(model, signature, precision, progress)
             kept = dict.fromkeys(modules, "doctor")
             notes += doctor_notes
         else:
