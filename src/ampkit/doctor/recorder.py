@@ -138,6 +138,10 @@ class Recorder:
         model: the model (for names and types).
         limits: the formats to measure against.
         replay: formats (``fp16``/``bf16``) to re-run each module in on the first step.
+
+    Attributes:
+        on_module_rerun: when set, called with the number of distinct modules re-run so far,
+            after each new one (the doctor's progress).
     """
 
     def __init__(
