@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from ampkit.cli.progress import progress_option
+
 __all__ = ["doctor"]
 
 
@@ -85,6 +87,7 @@ __all__ = ["doctor"]
     help="cpu, cuda or cuda:N (NVIDIA, or AMD under ROCm), mps, xpu or xpu:N; a package."
     "module:factory model stays where its factory put it. [default: cpu]",
 )
+@progress_option
 def doctor(**options: Any) -> None:
     """Find the layers that break low precision, and say what to train in.
 
@@ -92,7 +95,9 @@ def doctor(**options: Any) -> None:
     and gradients against fp16, bf16 and fp8 (overflow, underflow, error of its output in the
     candidate precision); prints the findings first, then a recommendation (precision, initial
     loss scale, modules to keep in fp32), then the per-module table and the precision map
-    (--findings-only stops after the recommendation). The model is left unchanged.
+    (--findings-only stops after the recommendation). The model is left unchanged. A
+    progress bar on stderr follows the measured steps and the per-module re-runs (only on a
+    terminal; --no-progress turns it off).
 
     \b
     Examples:
@@ -107,6 +112,7 @@ def doctor(**options: Any) -> None:
     from dataclasses import replace
 
     from ampkit.cli.outputs import check_output, writing
+    from ampkit.cli.progress import Progress
     from ampkit.doctor import diagnose
     from ampkit.doctor.inputs import load_case, load_scale_history
     from ampkit.errors import AmpkitError, ConfigurationError
@@ -126,14 +132,16 @@ def doctor(**options: Any) -> None:
     device = resolve_device(options["device"]) if options["device"] is not None else None
     try:
         model, closure = load_case(options["model_spec"], seed=options["seed"], device=device)
-        report = diagnose(
-            model,
-            closure,
-            options["precision"],
-            steps=options["steps"],
-            with_precision_map=options["with_map"] and not options["findings_only"],
-            lr=options["lr"],
-        )
+        with Progress(options["progress"], unit={"fp32 steps": "step"}) as progress:
+            report = diagnose(
+                model,
+                closure,
+                options["precision"],
+                steps=options["steps"],
+                with_precision_map=options["with_map"] and not options["findings_only"],
+                lr=options["lr"],
+                progress=progress,
+            )
     except AmpkitError as exc:
         raise _as_doctor(exc) from None
     if history is not None:

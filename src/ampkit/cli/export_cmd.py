@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from ampkit.cli.progress import progress_option
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -110,6 +112,7 @@ class _FormatChoice(click.Choice):
     help="cpu (the default): the export is traced and checked on the CPU; a GPU is refused "
     "with the reason.",
 )
+@progress_option
 def export(**options: Any) -> None:
     """Export a model in fp16/bf16 and check it against the fp32 model.
 
@@ -129,6 +132,7 @@ def export(**options: Any) -> None:
       ampkit export --checkpoint runs/a --format torch-export --out gpt-fp16.pt2
     """
     from ampkit.cli.outputs import check_output
+    from ampkit.cli.progress import Progress
     from ampkit.deploy import export as run_export
     from ampkit.deploy.sources import fit as fit_weights
     from ampkit.deploy.sources import (
@@ -173,19 +177,21 @@ def export(**options: Any) -> None:
         count = len(example) if isinstance(example, (tuple, list, dict)) else 1
         dynamic = tuple({0: batch} for _ in range(count))
     try:
-        result = run_export(
-            model,
-            example,
-            options["out"],
-            precision=options["precision"],
-            format=options["format_"],
-            keep_fp32=list(options["keep_fp32"]) or None,
-            keep_io_types=options["keep_io_types"],
-            check=options["check"],
-            parity_batches=parity_batches,
-            dynamic_shapes=dynamic,
-            seed=options["seed"],
-        )
+        with Progress(options["progress"], unit={"parity batches": "batch"}) as bar:
+            result = run_export(
+                model,
+                example,
+                options["out"],
+                precision=options["precision"],
+                format=options["format_"],
+                keep_fp32=list(options["keep_fp32"]) or None,
+                keep_io_types=options["keep_io_types"],
+                check=options["check"],
+                parity_batches=parity_batches,
+                dynamic_shapes=dynamic,
+                seed=options["seed"],
+                progress=bar,
+            )
     except ParityError as exc:
         if exc.result is not None:
             _report(exc.result, options["json_path"])

@@ -7,12 +7,16 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ampkit.cli.progress import progress_option
 from ampkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ampkit.lint.selection import Selection
 
 __all__ = ["lint"]
+
+PROGRESS_FILES = 20
+"""``ampkit lint`` shows a progress bar (on a terminal) over more files than this."""
 
 
 def _explain(code: str) -> None:
@@ -76,6 +80,7 @@ def _explain(code: str) -> None:
 @click.option("--exit-zero", is_flag=True, help="Exit with 0 even when findings fail the run.")
 @click.option("--isolated", is_flag=True, help="Ignore [tool.ampkit.lint] in pyproject.toml.")
 @click.option("--explain", metavar="CODE", help="Print the documentation of one rule and exit.")
+@progress_option
 @click.pass_context
 def lint(
     ctx: click.Context,
@@ -91,6 +96,7 @@ def lint(
     exit_zero: bool,
     isolated: bool,
     explain: str | None,
+    progress: bool,
 ) -> None:
     """Check PATHS (files, or folders searched for *.py; default: .) for AMP mistakes.
 
@@ -117,7 +123,17 @@ def lint(
     if fix and diff:
         raise ConfigurationError("--fix and --diff cannot be combined; pass one of them")
     failed = _run(
-        paths or (".",), fmt, select, ignore, exclude, fix, diff, isolated, max_file_mb, no_project
+        paths or (".",),
+        fmt,
+        select,
+        ignore,
+        exclude,
+        fix,
+        diff,
+        isolated,
+        max_file_mb,
+        no_project,
+        progress,
     )
     ctx.exit(0 if exit_zero or not failed else 1)
 
@@ -133,8 +149,11 @@ def _run(
     isolated: bool,
     max_file_mb: float | None = None,
     no_project: bool = False,
+    progress: bool = True,
 ) -> bool:
-    """Lint (and fix) the paths, print the report; return whether the run failed."""
+    """Lint (and fix) the paths, print the report; return whether the run failed. A progress
+    bar is drawn on stderr (a terminal only) over more than :data:`PROGRESS_FILES` files."""
+    from ampkit.cli.progress import Progress
     from ampkit.lint.api import lint_files
     from ampkit.lint.config import LintConfig, load_config
     from ampkit.lint.discovery import MAX_FILE_BYTES, discover
@@ -151,7 +170,10 @@ def _run(
         click.echo(f"note: {item.note}", err=True)
     if diff:
         return _diff([f.path for f in files], selection, max_bytes)
-    run = lint_files(files, selection, fix=fix, max_bytes=max_bytes, project=not no_project)
+    with Progress(progress and len(files) > PROGRESS_FILES, unit={"files": "file"}) as bar:
+        run = lint_files(
+            files, selection, fix=fix, max_bytes=max_bytes, project=not no_project, progress=bar
+        )
     for note in run.notes:
         click.echo(f"note: {note}", err=True)
     findings, fixed = run.findings, run.fixed

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -115,9 +115,17 @@ def _check_finite(model: nn.Module, path: str | os.PathLike) -> None:
         )
 
 
-def _reference(flat: FlatModel, batches: Sequence[Sequence[torch.Tensor]]):
+def _reference(
+    flat: FlatModel,
+    batches: Sequence[Sequence[torch.Tensor]],
+    progress: Callable[[str, int, int], None] | None = None,
+):
+    outputs = []
     with torch.no_grad():
-        outputs = [flat(*batch) for batch in batches]
+        for batch in batches:
+            outputs.append(flat(*batch))
+            if progress is not None:
+                progress("fp32 reference batches", len(outputs), len(batches))
     return [[t.float().numpy() if t.is_floating_point() else t.numpy() for t in o] for o in outputs]
 
 
@@ -135,6 +143,7 @@ def export(
     tolerance: Tolerance | None = None,
     dynamic_shapes: Any = None,
     seed: int = 0,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> ExportResult:
     """Export the fp32 ``model`` in ``precision`` and check it against the fp32 model.
 
@@ -156,6 +165,10 @@ def export(
         tolerance: overrides :data:`~ampkit.deploy.parity.TOLERANCES` for ``precision``.
         dynamic_shapes: passed to ``torch.export.export`` (one entry per flat input).
         seed: seeds the random parity batches.
+        progress: called as ``progress(stage, done, total)`` after each parity batch of the
+            fp32 reference (``"fp32 reference batches"``) and of the exported file
+            (``"parity batches"``), and with the doctor's stages (``"doctor: ..."``) when it
+            chooses ``keep_fp32``; nothing is printed.
 
     Returns:
         The :class:`~ampkit.deploy.ExportResult`: file, size, what stayed fp32, parity table.
@@ -197,7 +210,7 @@ def export(
                 "export: the model returned no tensors for example_inputs. It must return a "
                 "tensor, or tuples/dicts of tensors."
             )
-        reference = _reference(flat, batches)
+        reference = _reference(flat, batches, progress)
         notes: list[str] = []
         if stale:
             notes.append(
@@ -207,7 +220,7 @@ def export(
         if keep_fp32 is None:
             from ampkit.deploy.islands import doctor_keep_fp32
 
-            modules, doctor_notes = doctor_keep_fp32(model, signature, precision)
+            modules, doctor_notes = doctor_keep_fp32(model, signature, precision, progress)
             kept = dict.fromkeys(modules, "doctor")
             notes += doctor_notes
         else:
@@ -227,6 +240,7 @@ def export(
                 batches,
                 reference,
                 tolerance or TOLERANCES[precision],
+                progress=progress,
             )
             notes += parity_notes
     finally:

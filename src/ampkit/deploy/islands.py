@@ -9,7 +9,7 @@ floating output: the doctor measures activations in the forward pass, which do n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -20,9 +20,13 @@ __all__ = ["doctor_keep_fp32"]
 
 
 def doctor_keep_fp32(
-    model: nn.Module, signature: Signature, precision: str
+    model: nn.Module,
+    signature: Signature,
+    precision: str,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(modules to keep in fp32, notes)`` from one :func:`ampkit.diagnose` step."""
+    """``(modules to keep in fp32, notes)`` from one :func:`ampkit.diagnose` step (its
+    progress passed on to ``progress`` with its stages prefixed ``"doctor: "``)."""
     from ampkit.doctor import diagnose
 
     if precision == "fp32":
@@ -41,7 +45,14 @@ def doctor_keep_fp32(
         outputs = [t for t in flat(*signature.inputs) if t.is_floating_point()]
         return outputs[0].float().square().mean()
 
-    report = diagnose(model, closure, precision, steps=1, with_precision_map=False)
+    report = diagnose(
+        model,
+        closure,
+        precision,
+        steps=1,
+        with_precision_map=False,
+        progress=None if progress is None else lambda s, d, t: progress(f"doctor: {s}", d, t),
+    )
     flagged: Sequence[str] = [
         f.module
         for f in report.findings

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -38,12 +38,15 @@ def run_onnx(
     input_names: Sequence[str],
     batches: Sequence[Sequence[torch.Tensor]],
     allow_reference: bool = False,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[list[list[np.ndarray]], str, list[str]]:
     """Run the serialized ONNX model on every batch: ``(outputs per batch, runtime, notes)``.
 
     Args:
         allow_reference: fall back to the ONNX reference evaluator when ONNX Runtime's CPU
             provider has no kernel for a node (used for bf16 graphs).
+        progress: called as ``progress("parity batches", done, total)`` after each batch.
 
     Raises:
         MissingDependencyError: onnxruntime is not installed.
@@ -74,7 +77,11 @@ def run_onnx(
             "Keep that op in fp32 (keep_fp32=[...]) or export in fp32."
         ) from exc
     names = [i.name for i in session.get_inputs()]
-    outputs = [list(session.run(None, _feeds(names, input_names, b))) for b in batches]
+    outputs = []
+    for batch in batches:
+        outputs.append(list(session.run(None, _feeds(names, input_names, batch))))
+        if progress is not None:
+            progress("parity batches", len(outputs), len(batches))
     return outputs, f"onnxruntime {ort.__version__} (CPU)", []
 
 
@@ -105,9 +112,13 @@ def run_reference(
 
 
 def run_program(
-    program_bytes: bytes, batches: Sequence[Sequence[torch.Tensor]]
+    program_bytes: bytes,
+    batches: Sequence[Sequence[torch.Tensor]],
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[list[list[np.ndarray]], str, list[str]]:
-    """Reload a saved ``ExportedProgram`` and run it on every batch.
+    """Reload a saved ``ExportedProgram`` and run it on every batch (``progress("parity
+    batches", done, total)`` after each).
 
     Raises:
         ExportError: the saved program cannot be loaded back.
@@ -127,4 +138,6 @@ def run_program(
             result = result if isinstance(result, (tuple, list)) else (result,)
             outputs.append([t.detach().float().numpy() if t.is_floating_point() else t.numpy()
                             for t in result])  # fmt: skip
+            if progress is not None:
+                progress("parity batches", len(outputs), len(batches))
     return outputs, f"torch.export.load (torch {torch.__version__})", []

@@ -26,8 +26,9 @@ import torch
 from torch import nn
 
 from ampkit._validate import is_int, is_number
+from ampkit.doctor.compute import island_share
 from ampkit.doctor.dtype_map import precision_map as run_precision_map
-from ampkit.doctor.findings import Tolerances, evaluate, recommend
+from ampkit.doctor.findings import Tolerances, evaluate, recommend, with_island_cost
 from ampkit.doctor.hooks import observe
 from ampkit.doctor.isolation import preserved_state
 from ampkit.doctor.recorder import ModuleState, Recorder
@@ -141,6 +142,7 @@ def _row(state: ModuleState, scale: float) -> ModuleRow:
         forward=_phase_row(state.forward, 1.0),
         backward=_phase_row(state.backward, scale),
         rel_error=rel,
+        pass_through=state.passes_through,
     )
 
 
@@ -164,6 +166,10 @@ def _note_fp32_outputs(
     return noted
 
 
+def _quiet(stage: str, done: int, total: int) -> None:
+    return None
+
+
 def diagnose(
     model: nn.Module,
     closure: Callable[[], torch.Tensor],
@@ -176,6 +182,7 @@ def diagnose(
     with_precision_map: bool = True,
     hardware: HardwareInfo | None = None,
     lr: float = 2e-3,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> NumericsReport:
     """Diagnose ``model`` for training in ``precision``.
 
@@ -199,6 +206,10 @@ def diagnose(
         hardware: plan for another machine (decides whether bf16 can be recommended).
         lr: learning rate of the mode's probes (bf16-true: AdamW in the lost-updates probe;
             the smaller, the more updates fall under half an ulp).
+        progress: called as ``progress(stage, done, total)`` as the work goes: per measured
+            step (``"fp32 steps"``), per module re-run on the first step (``"module
+            re-runs"``), and once before and after each further pass over the model; ``done``
+            is 0 when a stage starts and ``total`` when it ends. Nothing is printed.
 
     Returns:
         The report: per-module rows, findings, the recommendation.
@@ -223,6 +234,12 @@ def diagnose(
     limits = format_limits()
     replay = {"fp32": [], "bf16": ["bf16"], "fp16": ["fp16", "bf16"]}[candidate]
     recorder = Recorder(model, limits, replay)
+    report = progress or _quiet
+    modules = len(recorder.states)
+    if replay:
+        recorder.on_module_rerun = lambda done: report(
+            "module re-runs", min(done, modules), modules
+        )
     params = list(model.parameters())
     pmap = None
     bad_loss: tuple[int, float] | None = None  # (step, value) of the first inf/NaN loss
@@ -230,6 +247,7 @@ def diagnose(
         try:
             for p in params:
                 p.grad = None
+            report("fp32 steps", 0, steps)
             with observe(model, recorder):
                 for step in range(1, steps + 1):
                     recorder.step = step
@@ -245,10 +263,15 @@ def diagnose(
                     else:
                         for p in params:
                             p.grad = None
+                    if step == 1 and replay:
+                        report("module re-runs", modules, modules)
+                    report("fp32 steps", step, steps)
         finally:
             recorder.active = False
         if with_precision_map:
+            report("precision map", 0, 1)
             pmap = run_precision_map(model, closure, analysis_policy(candidate, device))
+            report("precision map", 1, 1)
 
     states = recorder.states
     grad_max = max((s.backward.max_abs for s in states.values()), default=0.0)
@@ -276,7 +299,9 @@ def diagnose(
     input_overflow = [
         n
         for n, s in states.items()
-        if n not in parents and s.input_max >= limits["fp16"].overflow_at
+        if n not in parents
+        and not s.passes_through  # it runs in its input's dtype: autocast casts nothing for it
+        and s.input_max >= limits["fp16"].overflow_at
     ]
     try:
         resolve_precision("bf16", device, hardware=hardware)
@@ -292,10 +317,24 @@ def diagnose(
         input_overflow=input_overflow,
         hardware=f"auto picks {auto.precision} here: {auto.reason}",
     )
+    if recommendation.keep_fp32 and recommendation.precision is not None:
+        report("fp32 islands' share of the compute", 0, 1)
+        with preserved_state(model, device):
+            share = island_share(model, closure, recommendation.keep_fp32)
+        report("fp32 islands' share of the compute", 1, 1)
+        in_recommended = found.get(recommendation.precision, found[candidate])
+        recommendation = with_island_cost(
+            recommendation,
+            share,
+            in_recommended,
+            all_flagged=[f.module for f in in_recommended],
+        )
     if pmap is not None:
         findings = _note_fp32_outputs(findings, pmap)
     used = {f.name: f.to_dict() for f in number_formats()}
+    report("precision mode probes", 0, 1)
     sections = mode.doctor_sections(model, closure, steps=steps, lr=lr)
+    report("precision mode probes", 1, 1)
     return NumericsReport(
         precision=mode.name,
         measured_as=candidate,

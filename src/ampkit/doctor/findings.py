@@ -12,18 +12,28 @@ named only when the problem is in its own code (an inline division, say), not in
   subnormal in the format (gradients: at that loss scale).
 * ``precision-loss``: re-run in the format, the module's output is off by more than
   ``Tolerances.precision_loss`` (relative L2 error), with no overflow or inf/NaN to explain it.
+
+A pass-through module (Identity, Dropout, DropPath, Flatten, or one that kept its inputs'
+range on every call, :mod:`ampkit.doctor.passthrough`) has no findings of its own: what is seen
+at it is moved to the module that made the values it forwarded (``NumericsFinding.through``
+names it), unless that module has the same finding already.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ampkit.doctor.compute import IslandShare
+from ampkit.doctor.passthrough import producer
 from ampkit.doctor.recorder import ModuleState
-from ampkit.doctor.rows import NumericsFinding, Recommendation
+from ampkit.doctor.rows import Alternative, NumericsFinding, Recommendation
 from ampkit.precision.stats import FormatLimits
 
-__all__ = ["Tolerances", "evaluate", "recommend"]
+__all__ = ["MOSTLY_FP32", "Tolerances", "evaluate", "recommend", "with_island_cost"]
+
+MOSTLY_FP32 = 0.5
+"""Above this share of the compute in fp32, a recommendation says so and offers alternatives."""
 
 
 @dataclass(frozen=True)
@@ -172,6 +182,27 @@ def _descendant(child: str, parent: str) -> bool:
     return child != parent and (parent == "" or child.startswith(parent + "."))
 
 
+def _moved(
+    finding: NumericsFinding, state: ModuleState, states: Mapping[str, ModuleState]
+) -> NumericsFinding:
+    """``finding``, seen at pass-through module ``state``, told of the module that made the
+    values it forwarded."""
+    target = producer(state.name, states)
+    kind = states[target].type if target in states else ""
+    text = finding.message.removeprefix(f"{state.name} ({state.type}): ")
+    source = f"{target}'s values" if target else "the model's inputs or its own code's values"
+    return replace(
+        finding,
+        module=target,
+        module_type=kind,
+        message=(
+            f"{target or '(model)'} ({kind}): {text} (measured at {state.name} ({state.type}), "
+            f"a pass-through module that forwards {source})"
+        ),
+        through=state.name,
+    )
+
+
 def evaluate(
     states: Mapping[str, ModuleState],
     fmt: str,
@@ -180,7 +211,22 @@ def evaluate(
     tol: Tolerances,
 ) -> list[NumericsFinding]:
     """Findings for format ``fmt`` (gradients at loss ``scale``), each where it starts."""
-    raw = [f for s in states.values() for f in _candidates(s, fmt, lim, scale, tol)]
+    own = [
+        f
+        for s in states.values()
+        if not s.passes_through
+        for f in _candidates(s, fmt, lim, scale, tol)
+    ]
+    owned = {(f.module, f.kind, f.phase) for f in own}
+    moved: dict[tuple[str, str, str], NumericsFinding] = {}
+    for s in states.values():
+        if s.passes_through:
+            for f in _candidates(s, fmt, lim, scale, tol):
+                f = _moved(f, s, states)
+                key = (f.module, f.kind, f.phase)
+                if key not in owned:
+                    moved.setdefault(key, f)
+    raw = [*own, *moved.values()]
     keys = {(f.module, f.kind, f.phase) for f in raw}
     forward_named = {f.module for f in raw if f.phase == "forward"}
     explained = {f.module for f in raw if f.kind in ("overflow", "non-finite")}
@@ -277,3 +323,91 @@ def recommend(
     keep = modules(bad16, [m for m in input_overflow])
     why = f"fp16 fails in {where} and this device has no bf16: run them in fp32"
     return Recommendation("fp16", loss_scale, keep, (why,), hardware)
+
+
+def _accumulated(
+    island: str, findings: Sequence[NumericsFinding], names: Sequence[str]
+) -> float | None:
+    """The error of ``island`` when its only finding is precision loss and no module inside it
+    has a finding: the error built up over its children, none of them above the tolerance."""
+    own = [f for f in findings if f.module == island]
+    if not own or any(f.kind != "precision-loss" for f in own):
+        return None
+    if any(_descendant(n, island) for n in names):
+        return None
+    return max(f.numbers.get("rel_error", 0.0) for f in own)
+
+
+def with_island_cost(
+    rec: Recommendation,
+    share: IslandShare,
+    findings: Sequence[NumericsFinding],
+    *,
+    all_flagged: Sequence[str] = (),
+    threshold: float = MOSTLY_FP32,
+) -> Recommendation:
+    """``rec`` with the share of the compute its ``keep_fp32`` holds; above ``threshold`` the
+    reasons say so plainly and the alternatives are offered (fp32; the recommendation and its
+    cost; without islands, with the measured error, where only precision loss was found).
+
+    Args:
+        rec: a recommendation with ``keep_fp32``.
+        share: the measured share of its islands (:func:`~ampkit.doctor.compute.island_share`).
+        findings: the findings in the recommended precision (the errors quoted).
+        all_flagged: every module with a finding in that precision (to tell an island
+            flagged for its own error from one flagged for its children's accumulated error).
+        threshold: the share above which the recommendation is "mostly fp32".
+    """
+    compute, params = share.share, share.params_share
+    rec = replace(rec, fp32_compute=compute, fp32_params=params)
+    if compute <= threshold or rec.precision in (None, "fp32"):
+        return rec
+    keep = list(rec.keep_fp32)
+    counted = "matmul/convolution FLOPs of a forward pass" if share.flops else "parameters"
+    reasons = [
+        *rec.reasons,
+        f"keep_fp32 {keep} keeps {_pct(compute)} of the compute in fp32 ({counted}"
+        + (f"; {_pct(params)} of the parameters" if params is not None and share.flops else "")
+        + f"): this is close to training in fp32, and at most {_pct(1 - compute)} of the "
+        f"compute gains from {rec.precision}; see the alternatives",
+    ]
+    for island in keep:
+        error = _accumulated(island, findings, all_flagged)
+        if error is not None:
+            reasons.append(
+                f"{island} is flagged for the error its children build up together in "
+                f"{rec.precision} ({_pct(error)}), not for one of them: none alone loses more "
+                "than the tolerance"
+            )
+    alternatives = [
+        Alternative(
+            "fp32",
+            (),
+            1.0,
+            "plain fp32: the same numerics the islands give, for all of the compute, without "
+            "autocast's casts; no mixed-precision speed-up",
+        ),
+        Alternative(
+            rec.precision,
+            rec.keep_fp32,
+            compute,
+            f"the recommendation: {_pct(compute)} of the compute stays fp32, "
+            f"{_pct(1 - compute)} runs in {rec.precision}",
+        ),
+    ]
+    kept = [f for f in findings if f.module in rec.keep_fp32]
+    if kept and all(f.kind == "precision-loss" for f in kept):
+        worst = max(kept, key=lambda f: f.numbers.get("rel_error", 0.0))
+        error = worst.numbers.get("rel_error", 0.0)
+        alternatives.append(
+            Alternative(
+                rec.precision,
+                (),
+                0.0,
+                f"{rec.precision} with no islands: the output of {worst.module or '(model)'} "
+                f"is then off by {_pct(error)} (relative L2 error, tolerance "
+                f"{_pct(worst.numbers.get('tolerance', 0.0))}), with no overflow or underflow; "
+                "many models train well like this: compare its loss curve with an fp32 run",
+            )
+        )
+    return replace(rec, reasons=tuple(reasons), alternatives=tuple(alternatives))

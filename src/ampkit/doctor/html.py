@@ -237,7 +237,18 @@ def render_html(report: ReportView) -> str:
         "<tr><th>keep_fp32</th><td>"
         + (html.escape(", ".join(rec.keep_fp32)) or "(none)")
         + "</td></tr>",
+        *(
+            [f"<tr><th>fp32 share</th><td>{100 * rec.fp32_compute:.3g}% of the compute</td></tr>"]
+            if rec.fp32_compute is not None
+            else []
+        ),
         *(f"<tr><th>why</th><td>{html.escape(r)}</td></tr>" for r in rec.reasons),
+        *(
+            f"<tr><th>alternative</th><td>{html.escape(alt.precision)}"
+            + (html.escape(f", keep_fp32={list(alt.keep_fp32)!r}") if alt.keep_fp32 else "")
+            + f": {html.escape(alt.why)}</td></tr>"
+            for alt in rec.alternatives
+        ),
         f"<tr><th>hardware</th><td>{html.escape(rec.hardware)}</td></tr></table>",
         f"<pre>{html.escape(rec.snippet())}</pre>",
     ]

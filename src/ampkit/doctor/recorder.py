@@ -10,21 +10,27 @@ On the first step each module is also re-run, before its real forward, under aut
 candidate format from clones of the same fp32 inputs (no grad, the RNG forked, buffers restored,
 stateful arguments such as a key/value cache copied, see :mod:`ampkit.doctor.isolation`), so the
 relative error of its output is its own, not inherited from upstream layers.
+
+It also notes which module made each module's first input (the innermost module whose output
+it is, else the module whose own code computed it), and which parameter-free modules kept
+their inputs' range on every call: what :mod:`ampkit.doctor.passthrough` needs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 from ampkit._tree import floating_tensors
 from ampkit.doctor.hooks import on_grad
 from ampkit.doctor.isolation import isolated_copy
+from ampkit.doctor.passthrough import magnitudes, passes_through_by_type
 from ampkit.precision.devices import fork_rng
 from ampkit.precision.stats import FormatLimits, RangeStats
 
@@ -97,6 +103,11 @@ class ModuleState:
             inputs fit: ``(step, largest input, largest output)``.
         rel_error: per format, the largest relative error of its output (first step).
         replay_errors: per format, why the re-run failed, if it did.
+        pass_type: a pass-through module by its type (Identity, Dropout, DropPath, ...).
+        range_kept: for a module without parameters, whether every call's outputs stayed in
+            its inputs' magnitude range (None: not measured, it has parameters).
+        input_from: the module that made its first call's first input (``None``: the model's
+            inputs, or no floating input).
     """
 
     name: str
@@ -110,6 +121,14 @@ class ModuleState:
     rel_error: dict[str, float] = field(default_factory=dict)
     replay_errors: dict[str, str] = field(default_factory=dict)
     records: list[CallRecord] = field(default_factory=list)
+    pass_type: bool = False
+    range_kept: bool | None = None
+    input_from: str | None = None
+
+    @property
+    def passes_through(self) -> bool:
+        """Whether the module only forwards its inputs' values (by type, or measured)."""
+        return bool(self.name) and (self.pass_type or self.range_kept is True)
 
 
 class Recorder:
@@ -119,6 +138,10 @@ class Recorder:
         model: the model (for names and types).
         limits: the formats to measure against.
         replay: formats (``fp16``/``bf16``) to re-run each module in on the first step.
+
+    Attributes:
+        on_module_rerun: when set, called with the number of distinct modules re-run so far,
+            after each new one (the doctor's progress).
     """
 
     def __init__(
@@ -130,19 +153,34 @@ class Recorder:
         self.active = True
         self._replaying = False
         self._pending: dict[int, list[dict[str, list[torch.Tensor] | str]]] = {}
-        self.states: dict[str, ModuleState] = {
-            name: ModuleState(name, type(m).__name__, RangeStats(limits), RangeStats(limits))
-            for name, m in model.named_modules()
-        }
+        self._made_by: WeakIdKeyDictionary = WeakIdKeyDictionary()  # tensor -> module name
+        self._running: list[str] = []
+        self._measure_range: set[str] = set()
+        self.states: dict[str, ModuleState] = {}
+        for name, m in model.named_modules():
+            state = ModuleState(name, type(m).__name__, RangeStats(limits), RangeStats(limits))
+            state.pass_type = passes_through_by_type(m)
+            if not state.pass_type and not any(True for _ in m.parameters()):
+                self._measure_range.add(name)
+            self.states[name] = state
+        self.on_module_rerun: Callable[[int], None] | None = None
+        self._rerun_modules: set[str] = set()
 
     # -- forward ----------------------------------------------------------------------------
 
     def before_forward(
         self, name: str, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        if self._replaying or not self.active or self.step != 1 or not self.replay:
+        if self._replaying or not self.active:
+            return
+        self._running.append(name)
+        if self.step != 1 or not self.replay:
             return
         self._pending.setdefault(id(module), []).append(self._rerun(module, args, kwargs))
+        if name not in self._rerun_modules:
+            self._rerun_modules.add(name)
+            if self.on_module_rerun is not None:
+                self.on_module_rerun(len(self._rerun_modules))
 
     def _rerun(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -185,6 +223,8 @@ class Recorder:
     ) -> None:
         if self._replaying or not self.active:
             return
+        if name in self._running:  # the innermost call of this module ends
+            del self._running[len(self._running) - 1 - self._running[::-1].index(name)]
         state = self.states[name]
         state.calls += 1
         inputs, outputs = floating_tensors((args, kwargs)), floating_tensors(output)
@@ -193,6 +233,7 @@ class Recorder:
         in_max, in_bad, in_ranges = tensor_ranges(inputs)
         out_max, out_bad, _ = tensor_ranges(outputs)
         state.input_max = max(state.input_max, in_max)
+        self._trace(state, inputs, outputs, out_bad and not in_bad)
         if out_bad and not in_bad and state.nonfinite_origin is None:
             dtype = str(outputs[0].dtype).removeprefix("torch.") if outputs else ""
             state.nonfinite_origin = (self.step, in_ranges, dtype)
@@ -214,6 +255,30 @@ class Recorder:
         state.records.append(record)
         on_grad(outputs, lambda g: self._out_grad(state, record, g))
         on_grad(inputs, lambda g: self._made_grad(record, g))
+
+    def _trace(
+        self,
+        state: ModuleState,
+        inputs: list[torch.Tensor],
+        outputs: list[torch.Tensor],
+        made_nonfinite: bool,
+    ) -> None:
+        """Note who made the module's input, mark who made its outputs (innermost first:
+        children's hooks run before their parent's), and measure whether it kept the range."""
+        if state.calls == 1 and inputs:
+            enclosing = self._running[-1] if self._running else None
+            state.input_from = self._made_by.get(inputs[0], enclosing)
+        for tensor in outputs:
+            if tensor not in self._made_by:
+                self._made_by[tensor] = state.name
+        if state.name not in self._measure_range or state.range_kept is False:
+            return
+        if not inputs or not outputs or made_nonfinite:
+            state.range_kept = False
+            return
+        in_max, in_min = magnitudes(inputs)
+        out_max, out_min = magnitudes(outputs)
+        state.range_kept = out_max <= in_max and out_min >= in_min
 
     # -- backward ---------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from ampkit._files import json_safe
 from ampkit.precision.stats import HIST_MIN_EXPONENT, Fit
 
 __all__ = [
+    "Alternative",
     "FindingKind",
     "MapRow",
     "ModuleRow",
@@ -42,6 +43,8 @@ class NumericsFinding:
         step: 1-based step (forward pass) where it was seen, when known.
         dtype: dtype of the offending tensor, when known.
         input_ranges: ``(min, max)`` of each floating input of the offending call, when known.
+        through: the pass-through module (Dropout, Identity, ...) the problem was seen at,
+            when it was moved from there to the module that made the values.
     """
 
     module: str
@@ -54,6 +57,7 @@ class NumericsFinding:
     step: int | None = None
     dtype: str | None = None
     input_ranges: tuple[tuple[float, float], ...] = ()
+    through: str | None = None
 
     def __str__(self) -> str:
         return self.message
@@ -61,6 +65,25 @@ class NumericsFinding:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values (non-finite numbers become None)."""
         return json_safe(asdict(self))
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """Another way to train the model, offered when the recommendation keeps most of the
+    compute in fp32.
+
+    Attributes:
+        precision: ``fp32``, ``fp16`` or ``bf16``.
+        keep_fp32: module names to run in fp32 with it.
+        fp32_compute: share of the compute that runs in fp32 (see
+            :attr:`Recommendation.fp32_compute`).
+        why: what it costs and what it gives, in one sentence.
+    """
+
+    precision: str
+    keep_fp32: tuple[str, ...]
+    fp32_compute: float
+    why: str
 
 
 @dataclass(frozen=True)
@@ -76,6 +99,14 @@ class Recommendation:
         reasons: one sentence per decision.
         hardware: what ``resolve_precision("auto")`` picks on this machine, and why (whether
             mixed precision is faster here at all).
+        fp32_compute: share of the model's compute inside ``keep_fp32`` (the matmul,
+            convolution and attention FLOPs of one forward pass; the parameters where none are
+            counted); None when nothing is kept fp32.
+        fp32_params: share of the model's parameters inside ``keep_fp32``; None when nothing
+            is kept fp32 or the model has no parameters.
+        alternatives: when ``fp32_compute`` is above :data:`~ampkit.doctor.findings.MOSTLY_FP32`:
+            plain fp32, this recommendation with its cost, and (where only precision loss
+            was found) the precision without islands with the measured error.
     """
 
     precision: str | None
@@ -83,6 +114,9 @@ class Recommendation:
     keep_fp32: tuple[str, ...]
     reasons: tuple[str, ...]
     hardware: str = ""
+    fp32_compute: float | None = None
+    fp32_params: float | None = None
+    alternatives: tuple[Alternative, ...] = ()
 
     def snippet(self) -> str:
         """Python that applies this recommendation with :class:`ampkit.MixedPrecision`."""
@@ -138,6 +172,8 @@ class ModuleRow:
         forward, backward: activation and gradient statistics (None if never seen).
         rel_error: per candidate format, the largest relative error (L2) of the module's
             output when re-run under autocast in that format from the same fp32 inputs.
+        pass_through: the module only forwards its inputs' values (Identity, Dropout, a
+            parameter-free module that kept its inputs' range); it has no findings of its own.
     """
 
     name: str
@@ -146,6 +182,7 @@ class ModuleRow:
     forward: PhaseRow | None
     backward: PhaseRow | None
     rel_error: Mapping[str, float]
+    pass_through: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
@@ -156,6 +193,7 @@ class ModuleRow:
             "forward": self.forward.to_dict() if self.forward else None,
             "backward": self.backward.to_dict() if self.backward else None,
             "rel_error": json_safe(dict(self.rel_error)),
+            "pass_through": self.pass_through,
         }
 
 

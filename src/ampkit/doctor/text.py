@@ -17,6 +17,10 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2g}%" if x >= 0.0001 else "<0.01%"
 
 
+def _share(x: float) -> str:
+    return f"{100 * x:.3g}%"
+
+
 def _fits(phase: PhaseRow, fmt: str) -> str:
     fit = phase.fits.get(fmt)
     if fit is None:
@@ -91,7 +95,16 @@ def render_text(report: ReportView, *, findings_only: bool = False) -> str:
     if rec.init_scale is not None:
         out.append(f"  init_scale {rec.init_scale:g}")
     out.append(f"  keep_fp32  {', '.join(rec.keep_fp32) or '(none)'}")
+    if rec.fp32_compute is not None:
+        out.append(
+            f"  fp32 share {_share(rec.fp32_compute)} of the compute in the keep_fp32 modules"
+        )
     out += [f"  why        {r}" for r in rec.reasons]
+    if rec.alternatives:
+        out.append("  alternatives:")
+        for alt in rec.alternatives:
+            islands = f", keep_fp32={list(alt.keep_fp32)!r}" if alt.keep_fp32 else ""
+            out.append(f"    - {alt.precision}{islands}: {alt.why}")
     if rec.hardware:
         out.append(f"  hardware   {rec.hardware}")
     out += ["  apply it:", *("    " + line for line in rec.snippet().splitlines())]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -137,6 +137,7 @@ def lint_files(
     jobs: int | None = None,
     max_bytes: int | None = MAX_FILE_BYTES,
     project: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> LintRun:
     """Lint many files, in worker processes when there are enough of them to pay off.
 
@@ -144,22 +145,36 @@ def lint_files(
     symlink that leaves it). Files over ``max_bytes`` (None: no limit) are not read. With
     ``project`` (and more than one file), names a file imports from the other files are
     resolved through a :class:`~ampkit.lint.project.ProjectIndex` built once for the run
-    (:func:`build_index`); each file's findings are still its own.
+    (:func:`build_index`); each file's findings are still its own. ``progress`` is called
+    as ``progress("files", done, total)`` before the first file and after each one.
     """
     sources = [f if isinstance(f, SourceFile) else SourceFile(f, f.parent) for f in files]
     workers = _workers(jobs)
     index = build_index(sources, max_bytes, jobs) if project and len(sources) > 1 else None
     jobs_list = [(source, selection, fix, max_bytes) for source in sources]
+
+    def counted(
+        items: Iterable[tuple[list[Finding], FileFix]],
+    ) -> list[tuple[list[Finding], FileFix]]:
+        done: list[tuple[list[Finding], FileFix]] = []
+        if progress is not None:
+            progress("files", 0, len(jobs_list))
+        for item in items:
+            done.append(item)
+            if progress is not None:
+                progress("files", len(done), len(jobs_list))
+        return done
+
     if workers > 1 and len(sources) >= _PARALLEL_MIN_FILES:
         try:
             with ProcessPoolExecutor(
                 max_workers=workers, initializer=_init_worker, initargs=(index,)
             ) as pool:
-                results = list(pool.map(_process, jobs_list, chunksize=64))
+                results = counted(pool.map(_process, jobs_list, chunksize=64))
         except (OSError, BrokenProcessPool):
-            results = [process_file(*job, index=index) for job in jobs_list]
+            results = counted(process_file(*job, index=index) for job in jobs_list)
     else:
-        results = [process_file(*job, index=index) for job in jobs_list]
+        results = counted(process_file(*job, index=index) for job in jobs_list)
     return LintRun(
         [f for found, _ in results for f in found],
         sum(done.count for _, done in results),

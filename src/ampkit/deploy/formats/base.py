@@ -13,7 +13,7 @@ the registry without it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -85,9 +85,12 @@ class ExportFormat:
         batches: Sequence[Sequence[Any]],
         reference: list[list[np.ndarray]],
         tolerance: Tolerance,
+        *,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> tuple[tuple[ParityReport, ...], list[str]]:
         """Run the serialized ``data`` on ``batches`` and compare it with the fp32
-        ``reference``: one parity report per runtime, and notes.
+        ``reference``: one parity report per runtime, and notes. ``progress("parity
+        batches", done, total)`` is called after each batch the runtime ran.
 
         Raises:
             MissingDependencyError: the runtime is not installed.

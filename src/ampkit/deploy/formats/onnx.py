@@ -3,7 +3,7 @@ block-list (:mod:`~ampkit.deploy.lowering`), run by ONNX Runtime on the CPU for 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ampkit.deploy.formats.base import Converted, ExportFormat, register
@@ -73,6 +73,8 @@ class OnnxFormat(ExportFormat):
         batches: Sequence[Sequence[Any]],
         reference: list[list[np.ndarray]],
         tolerance: Tolerance,
+        *,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> tuple[tuple[ParityReport, ...], list[str]]:
         """ONNX Runtime on every batch (the reference evaluator where it has no bf16 kernels)
         plus, for fp16, the reference evaluator on the first batch (ONNX Runtime's CPU provider
@@ -82,7 +84,9 @@ class OnnxFormat(ExportFormat):
         from ampkit.deploy.runtime import run_onnx, run_reference
         from ampkit.errors import ExportError
 
-        actual, runtime, notes = run_onnx(data, input_names, batches, precision == "bf16")
+        actual, runtime, notes = run_onnx(
+            data, input_names, batches, precision == "bf16", progress=progress
+        )
         reports = [compare(output_names, reference, actual, tolerance, runtime, notes)]
         if precision == "fp16":
             try:

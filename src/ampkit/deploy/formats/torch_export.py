@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ampkit.deploy.formats.base import Converted, ExportFormat, register
@@ -99,10 +99,12 @@ class TorchExportFormat(ExportFormat):
         batches: Sequence[Sequence[Any]],
         reference: list[list[np.ndarray]],
         tolerance: Tolerance,
+        *,
+        progress: Callable[[str, int, int], None] | None = None,
     ) -> tuple[tuple[ParityReport, ...], list[str]]:
         """``torch.export.load`` of the saved bytes, on every batch."""
         from ampkit.deploy.parity import compare
         from ampkit.deploy.runtime import run_program
 
-        actual, runtime, notes = run_program(data, batches)
+        actual, runtime, notes = run_program(data, batches, progress=progress)
         return (compare(output_names, reference, actual, tolerance, runtime, notes),), []
