@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from ampkit.cli.progress import Progress, progress_option
+
 __all__ = ["bench"]
 
 
@@ -81,9 +83,7 @@ __all__ = ["bench"]
     "one thread, which a busy machine does not inflate; wall: wall time; auto: cpu on a CPU "
     "device, wall on a GPU. Wall time is shown either way.",
 )
-@click.option(
-    "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
-)
+@progress_option
 def bench(**options: Any) -> None:
     """Measure step time, throughput, memory and loss per precision, and say if it pays off.
 
@@ -117,8 +117,7 @@ def bench(**options: Any) -> None:
             raise ConfigurationError(
                 f"--precisions: {precisions!r} names no precision. Use e.g. fp32,bf16."
             )
-    bar, on_round = _progress_bar(options["progress"])
-    try:
+    with Progress(options["progress"], unit={"rounds": "round"}) as progress:
         report = run_bench(
             options["model"],
             parsed,
@@ -129,11 +128,9 @@ def bench(**options: Any) -> None:
             compile=options["compile_"],
             channels_last=options["channels_last"],
             probe_tolerance=options["probe_tolerance"],
-            on_round=on_round,
+            on_round=lambda done, total: progress("rounds", done, total),
             clock=options["clock"],
         )
-    finally:
-        bar.close()
     to_stdout = options["json_path"] == "-"
     click.echo(report.render(), err=to_stdout)
     if to_stdout:
@@ -148,25 +145,3 @@ def bench(**options: Any) -> None:
         with writing(options["plot_path"], "--plot"):
             save_plot(report, options["plot_path"])
         click.echo(f"plot    {options['plot_path']}", err=to_stdout)
-
-
-def _progress_bar(enabled: bool) -> tuple[Any, Any]:
-    """A progress bar made on the first round, so an early error prints no empty bar."""
-    from tqdm import tqdm
-
-    holder: dict[str, Any] = {}
-
-    def on_round(done: int, total: int) -> None:
-        if "bar" not in holder:
-            holder["bar"] = tqdm(
-                total=total, unit="round", disable=not enabled, dynamic_ncols=True, leave=False
-            )
-        bar = holder["bar"]
-        bar.update(done - bar.n)
-
-    class _Closer:
-        def close(self) -> None:
-            if "bar" in holder:
-                holder["bar"].close()
-
-    return _Closer(), on_round
