@@ -154,3 +154,34 @@ def test_parsed_base_files_stay_in_the_process_and_a_pickled_index_starts_empty(
     copy = pickle.loads(pickle.dumps(index))
     assert copy.cache == {} and len(copy) == len(index)
     assert lint(copy) == first
+
+
+def test_a_base_file_is_parsed_once_however_many_subclasses_use_it(tmp_path: Path) -> None:
+    """The cost of following bases stays per file: one shared base is one parse."""
+    from ampkit.lint.check import check_file
+
+    (tmp_path / "base.py").write_text(
+        (PROJECTS / "split_trainer" / "engine" / "base.py").read_text(encoding="utf-8"),
+        encoding="utf-8",
+    )
+    subclass = (
+        "import torch\nfrom base import PlainTrainer\n\n\n"
+        "class T{n}(PlainTrainer):\n"
+        "    def train(self, loader):\n"
+        "        for x in loader:\n"
+        "            with torch.autocast('cuda', dtype=torch.float16):\n"
+        "                loss = self.model(x)\n"
+        "            self.backward(loss)\n"
+        "            self.optimizer_step()\n"
+    )
+    paths = []
+    for n in range(30):
+        path = tmp_path / f"train_{n}.py"
+        path.write_text(subclass.format(n=n), encoding="utf-8")
+        paths.append(path)
+    files = [SourceFile(p, tmp_path) for p in sorted(tmp_path.glob("*.py"))]
+    index = api.build_index(files, None, 1)
+    for path in paths:
+        found = check_file(path, project=index.view(path, module_name(path, tmp_path)))
+        assert [(f.code, f.line) for f in found] == [("AMP002", 8)]
+    assert list(index.cache) == [str(tmp_path / "base.py")]
