@@ -286,7 +286,12 @@ class FileFacts:
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         if name in INTERESTING_ATTRS or name in CLIP_NAMES:
             return True, True, name
-        if name in self.inherited and isinstance(func, ast.Attribute):
+        if (
+            name in self.inherited
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
             return True, True, name
         if name in ("step", "update") and isinstance(func, ast.Attribute):
             obj = dotted_key(func.value)
