@@ -184,13 +184,17 @@ through the index, absolute and relative imports alike:
 Findings still belong to one file and do not depend on the order of the files or on how
 many processes lint them. `--no-project` (`check_paths(..., project=False)`, `lint_files`) turns it off.
 
-Cost: the index is one extra parse per file. On the 57 regression repositories (20,041
-files, each repository one tree, one process, best of two alternated runs) a file takes
-5.28 ms without the index and 7.71 ms with it (1.46x); the previous version took 6.69 ms
-in one run on the same machine at the same time (a shared 2-core machine: expect noise).
+Cost: the index is one extra parse per file, plus one parse of each base-class file that a
+subclass elsewhere follows (kept for the run, in each process). On the 57 regression
+repositories (20,041 files, each repository one tree, one process, best of two alternated
+runs) a file took 5.28 ms without the index and 7.71 ms with it (1.46x) before classes
+were followed across files; with them, in one alternated run on the same 2-core machine
+while it was shared with other work (load average about 10, so every time is about 3.5x
+slower), 18.79 ms without and 25.45 ms with it (1.35x), under the 2x target (the two runs
+are not comparable with each other in absolute time).
 
 ```console
-$ python benchmarks/lint_real.py cost CHECKOUTS --repeat 2
+$ python benchmarks/lint_real.py cost CHECKOUTS --repeat 2   # the second figure: --repeat 1
 ```
 
 ## pre-commit
