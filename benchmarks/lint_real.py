@@ -6,7 +6,9 @@ judged location (path, line, rule) a verdict reached by reading the code:
 
 * ``true_positive``: the linter reports it and it is a real AMP bug;
 * ``false_positive``: the linter reports (or reported) it and it is not a bug;
-* ``missed_bug``: a real AMP bug found by reading that the linter did not report.
+* ``missed_bug``: a real AMP bug found by reading that the linter did not report;
+* ``real_bug``: a real AMP bug found by reading before the linter was run on the tree
+  (scored as the two above: a true positive when reported, a false negative when not).
 
 Scoring, for the behavioural rules (every code except AMP000, parse errors, and AMP006,
 the deprecated API, which is reported separately; ``info`` findings are listed, not scored):
@@ -26,7 +28,9 @@ Usage (no network needed once the checkouts exist)::
 (``/mirrors/{folder}``). Only ``*.py`` files are checked out (sparse checkout).
 
 ``--expectations benchmarks/lint_real_new_expectations.json`` scores the second set (public
-repositories the linter was not tuned on), kept apart from the regression set.
+repositories the linter was not tuned on when it was judged), kept apart from the regression
+set; ``--expectations benchmarks/lint_real_third_expectations.json`` the third (verdicts by
+reading before the linter ran on it).
 
 The cost of the project-wide analysis (one process, each repository linted as one tree,
 with and without its :class:`~ampkit.lint.project.ProjectIndex`, alternated)::
@@ -50,7 +54,7 @@ from ampkit.lint.discovery import discover
 from ampkit.lint.findings import Finding, Severity
 
 EXPECTATIONS = Path(__file__).with_name("lint_real_expectations.json")
-REAL = ("true_positive", "missed_bug")
+REAL = ("true_positive", "missed_bug", "real_bug")
 VERDICTS = (*REAL, "false_positive")
 NOT_BEHAVIOURAL = ("AMP000", "AMP006")
 

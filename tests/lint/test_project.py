@@ -119,3 +119,69 @@ def test_the_command_line_follows_the_wrapper_unless_told_not_to() -> None:
     alone = CliRunner().invoke(main, ["lint", tree, "--isolated", "--no-project"])
     assert with_index.exit_code == 1 and "AMP002" in with_index.output
     assert alone.exit_code == 0 and "AMP002" not in alone.output
+
+
+def test_trainer_split_over_files_follows_the_base_class_methods() -> None:
+    tree = PROJECTS / "split_trainer"
+    alone = {(Path(f.path).name, f.code) for f in check_paths([tree], project=False)}
+    # alone, the inherited backward/step/update are invisible: two fp16 trainings and the
+    # clip of a scaled gradient go unseen, and the update in the base class is missed
+    assert alone == {("fp16_scaled.py", "AMP005")}
+    found = check_paths([tree])
+    assert {(Path(f.path).name, f.code, f.line) for f in found} == {
+        (Path(p).name, c, line) for p, c, line in _expected(tree)
+    }
+    # a finding made of events written in the base file stands in the linted file
+    assert {Path(f.path).name for f in found} == {"fp16_plain.py", "clip_unscaled.py"}
+
+
+def test_parsed_base_files_stay_in_the_process_and_a_pickled_index_starts_empty() -> None:
+    import pickle
+
+    from ampkit.lint.check import check_file
+
+    root = PROJECTS / "split_trainer"
+    files = [SourceFile(p, root) for p in sorted(root.rglob("*.py"))]
+    index = api.build_index(files, None, 1)
+    train = root / "fp16_plain.py"
+
+    def lint(with_index: ProjectIndex) -> list:
+        return check_file(train, project=with_index.view(train, module_name(train, root)))
+
+    first = lint(index)
+    assert [f.code for f in first] == ["AMP002", "AMP002"]
+    assert str(root / "engine" / "base.py") in index.cache  # parsed once, kept
+    copy = pickle.loads(pickle.dumps(index))
+    assert copy.cache == {} and len(copy) == len(index)
+    assert lint(copy) == first
+
+
+def test_a_base_file_is_parsed_once_however_many_subclasses_use_it(tmp_path: Path) -> None:
+    """The cost of following bases stays per file: one shared base is one parse."""
+    from ampkit.lint.check import check_file
+
+    (tmp_path / "base.py").write_text(
+        (PROJECTS / "split_trainer" / "engine" / "base.py").read_text(encoding="utf-8"),
+        encoding="utf-8",
+    )
+    subclass = (
+        "import torch\nfrom base import PlainTrainer\n\n\n"
+        "class T{n}(PlainTrainer):\n"
+        "    def train(self, loader):\n"
+        "        for x in loader:\n"
+        "            with torch.autocast('cuda', dtype=torch.float16):\n"
+        "                loss = self.model(x)\n"
+        "            self.backward(loss)\n"
+        "            self.optimizer_step()\n"
+    )
+    paths = []
+    for n in range(30):
+        path = tmp_path / f"train_{n}.py"
+        path.write_text(subclass.format(n=n), encoding="utf-8")
+        paths.append(path)
+    files = [SourceFile(p, tmp_path) for p in sorted(tmp_path.glob("*.py"))]
+    index = api.build_index(files, None, 1)
+    for path in paths:
+        found = check_file(path, project=index.view(path, module_name(path, tmp_path)))
+        assert [(f.code, f.line) for f in found] == [("AMP002", 8)]
+    assert list(index.cache) == [str(tmp_path / "base.py")]

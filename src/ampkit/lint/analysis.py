@@ -14,6 +14,7 @@ from ampkit.lint.events import Event, compatible, exclusive
 from ampkit.lint.facts import FileFacts, FunctionNode
 from ampkit.lint.findings import Finding, Fix, Severity
 from ampkit.lint.flow import FlowBuilder
+from ampkit.lint.inherit import Methods, class_methods
 from ampkit.lint.project import ProjectView
 from ampkit.lint.source import SourceText
 from ampkit.lint.walk import walk_tree
@@ -32,22 +33,6 @@ def _local_functions(body: list[ast.stmt]) -> dict[str, FunctionNode]:
         elif isinstance(node, ast.stmt) and not isinstance(node, ast.ClassDef):
             stack.extend(c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt))
     return found
-
-
-def _methods(
-    cls: ast.ClassDef, classes: dict[str, ast.ClassDef], depth: int = 0
-) -> dict[str, FunctionNode]:
-    """Methods of ``cls``, including those inherited from base classes defined in the file."""
-    table: dict[str, FunctionNode] = {}
-    if depth < 4:
-        for base in reversed(cls.bases):
-            parent = classes.get(base.id) if isinstance(base, ast.Name) else None
-            if parent is not None and parent is not cls:
-                table.update(_methods(parent, classes, depth + 1))
-    for item in cls.body:
-        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            table[item.name] = item
-    return table
 
 
 class Unit:
@@ -159,9 +144,6 @@ class FileAnalysis:
         self._parents: dict[int, ast.AST] | None = None
         self._groups: dict[tuple[int, tuple[str, ...]], list[Event]] = {}
         self.facts = FileFacts(self.tree, walk, self.project)
-        module = FlowBuilder(self.facts, {}, _local_functions(self.tree.body))
-        module.build(self.tree.body)
-        self.units = [Unit(self.tree, module, None, 0)]
         owners: dict[int, ast.ClassDef] = {}
         classes: dict[str, ast.ClassDef] = {}
         functions: list[FunctionNode] = []
@@ -173,18 +155,28 @@ class FileAnalysis:
                         owners[id(item)] = node
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 functions.append(node)
-        method_tables: dict[int, dict[str, FunctionNode]] = {}
+        method_tables: dict[int, Methods] = {}
+        for klass in {id(c): c for c in owners.values()}.values():
+            table = method_tables[id(klass)] = class_methods(klass, classes, self.facts)
+            # a call of a method inherited from another file is worth following when that
+            # method makes AMP-relevant calls there
+            self.facts.inherited.update(
+                name
+                for name, fn in table.table.items()
+                if id(fn) in table.written_in and table.written_in[id(fn)].is_interesting(fn)
+            )
+        module = FlowBuilder(self.facts, {}, _local_functions(self.tree.body))
+        module.build(self.tree.body)
+        self.units = [Unit(self.tree, module, None, 0)]
         for fn in functions:
             cls = owners.get(id(fn))
             group = id(cls) if cls is not None else 0
             if not self.facts.has_events(fn):
                 continue
-            methods: dict[str, FunctionNode] = {}
-            if cls is not None:
-                if id(cls) not in method_tables:
-                    method_tables[id(cls)] = _methods(cls, classes)
-                methods = method_tables[id(cls)]
-            builder = FlowBuilder(self.facts, methods, _local_functions(fn.body))
+            methods = method_tables[id(cls)] if cls is not None else Methods()
+            builder = FlowBuilder(
+                self.facts, methods.table, _local_functions(fn.body), methods.written_in
+            )
             builder.build(fn.body, fn)
             self.units.append(Unit(fn, builder, cls, group))
 

@@ -91,6 +91,9 @@ class FileFacts:
         self.frozen: set[str] = set()
         #: keys named like a scaler (``scaler``, ``self.grad_scaler``) that the file reads
         self.scaler_uses: set[str] = set()
+        #: names of methods inherited from base classes in other files that make AMP-relevant
+        #: calls there (a call of one is worth following; set before any flow is built)
+        self.inherited: set[str] = set()
         self._owner_of: dict[int, FunctionNode | None] | None = None
         self.any_scaler_update = False
         self.any_scaler = False
@@ -282,6 +285,13 @@ class FileFacts:
         func = call.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         if name in INTERESTING_ATTRS or name in CLIP_NAMES:
+            return True, True, name
+        if (
+            name in self.inherited
+            and isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+        ):
             return True, True, name
         if name in ("step", "update") and isinstance(func, ast.Attribute):
             obj = dotted_key(func.value)

@@ -6,7 +6,10 @@ rule cares about: backward passes, scaler calls, optimizer steps, gradient clipp
 rescaling, dtype casts, saves and autocast regions, each with its
 :class:`~ampkit.lint.events.Context`. Calls of functions defined in the same file (module
 level, local to the function, or ``self`` methods) are followed (inlined), so a trainer
-whose backward and step live in different methods is analysed as one step.
+whose backward and step live in different methods is analysed as one step. ``self``
+methods inherited from a base class in another file of the project are followed too, with
+the facts of the file they are written in; their events stand at the call that led there
+(the location in the linted file).
 
 Besides the events, the builder records what the rules need to reason about the *next*
 iteration of a loop: which variables each loop rebinds (so a condition that reads one of
@@ -16,6 +19,7 @@ them can change between iterations) and which names each condition reads.
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import replace
 
 from ampkit.lint.events import Context, Event, TestInfo, describe_test
@@ -48,10 +52,16 @@ class FlowBuilder:
         facts: FileFacts,
         methods: dict[str, FunctionNode],
         local: dict[str, FunctionNode] | None = None,
+        written_in: dict[int, FileFacts] | None = None,
     ) -> None:
         self.facts = facts
         self.methods = methods
         self.local = local or {}
+        #: the linted file's facts, and those of other files' methods (by function id)
+        self.home = facts
+        self.written_in = written_in or {}
+        #: the call in the linted file through which this builder's code runs (another file)
+        self._site: ast.AST | None = None
         self.events: list[Event] = []
         #: loop id -> keys (re)bound somewhere inside that loop, callees included
         self.loop_bound: dict[int, set[str]] = {}
@@ -225,6 +235,12 @@ class FlowBuilder:
 
     # -- calls --------------------------------------------------------------------------------
     def _emit(self, kind: str, node: ast.AST, ctx: Context, **fields: object) -> Event:
+        if self._site is not None:
+            # written in another file: located at the linted file's call that runs it
+            extra = fields.setdefault("extra", {})
+            if isinstance(extra, dict):
+                extra["written"] = node
+            node = self._site
         event = Event(kind, node, len(self.events), ctx, **fields)  # type: ignore[arg-type]
         self.events.append(event)
         return event
@@ -265,7 +281,8 @@ class FlowBuilder:
         if first is not None and attr in ("step", "unscale_"):
             arg = dotted_key(first) or ast.unparse(first)
         if obj == "self" and attr in self.methods:
-            self._inline(self.methods[attr], ctx)
+            fn = self.methods[attr]
+            self._inline(fn, ctx, self.written_in.get(id(fn), self.home), call)
         elif attr == "backward":
             self._backward(call, recv, obj, ctx)
         elif attr == "manual_backward":
@@ -372,21 +389,41 @@ class FlowBuilder:
             if recast is not None:
                 # ``model.half().float()``: the low-precision value never survives the line
                 for event in reversed(self.events):
-                    if event.node is recast and event.kind == "cast":
+                    if event.extra.get("written", event.node) is recast and event.kind == "cast":
                         event.extra["recast"] = True
                         break
 
-    def _inline(self, fn: FunctionNode, ctx: Context) -> None:
+    def _inline(
+        self,
+        fn: FunctionNode,
+        ctx: Context,
+        facts: FileFacts | None = None,
+        site: ast.AST | None = None,
+    ) -> None:
+        """Follow a call into ``fn``, written in the file of ``facts`` (default: this
+        builder's), called at ``site``."""
+        facts = facts or self.facts
         if fn in self._stack or len(self._stack) >= _MAX_INLINE_DEPTH:
             return
-        if self._inlines >= _MAX_INLINES_PER_UNIT or not self.facts.is_interesting(fn):
+        if self._inlines >= _MAX_INLINES_PER_UNIT or not facts.is_interesting(fn):
             return
         self._inlines += 1
         self._stack.append(fn)
         inner = replace(ctx, inlined=True, base=len(ctx.loops))
-        if self._grad_off(fn):
+        builder = self if facts is self.facts else self._elsewhere(facts, site)
+        if builder._grad_off(fn):
             inner = replace(inner, grad_free=True)
         try:
-            self._block(fn.body, inner)
+            builder._block(fn.body, inner)
         finally:
             self._stack.pop()
+            self._inlines = builder._inlines
+
+    def _elsewhere(self, facts: FileFacts, site: ast.AST | None) -> FlowBuilder:
+        """A builder for code written in the file of ``facts`` that adds to this flow (the
+        same events, loops and conditions)."""
+        child = copy.copy(self)
+        child.facts = facts
+        child.local = {}
+        child._site = None if facts is self.home else (self._site or site)
+        return child

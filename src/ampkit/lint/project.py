@@ -64,6 +64,8 @@ class ModuleSummary:
     evidence: dict[str, set[str]] = field(default_factory=dict)
     set_keywords: set[str] = field(default_factory=set)
     positional: dict[str, int] = field(default_factory=dict)
+    #: names of the module-level classes (a subclass in another file follows their methods)
+    classes: set[str] = field(default_factory=set)
 
 
 _WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
@@ -245,6 +247,7 @@ def summarise(text: str) -> ModuleSummary | None:
         return None
     imports.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
     table = Imports(imports)
+    summary.classes = {s.name for s in tree.body if isinstance(s, ast.ClassDef)}
     for call in calls:
         note_call(call, summary.set_keywords, summary.positional)
         found = precision_evidence(call, table)
@@ -290,6 +293,9 @@ class ProjectIndex:
         self.evidence: dict[str, set[str]] = defaultdict(set)
         self.set_keywords: set[str] = set()
         self.positional: dict[str, int] = {}
+        #: per-process store of what the analysis derived from other files of the tree (the
+        #: parsed base-class files of :mod:`ampkit.lint.inherit`); empty when sent to a worker
+        self.cache: dict[str, object] = {}
         for module, path, summary in sorted(summaries, key=lambda t: (t[1], t[0])):
             parts = module.split(".") if module else []
             for start in range(max(0, len(parts) - _MAX_SUFFIX), len(parts)):
@@ -302,17 +308,25 @@ class ProjectIndex:
                 if count > self.positional.get(callee, -1):
                     self.positional[callee] = count
 
+    def __getstate__(self) -> dict[str, object]:
+        return {**self.__dict__, "cache": {}}
+
     def __len__(self) -> int:
         return len({path for found in self._by_suffix.values() for _, path, _ in found})
 
     def find(self, module: str, near: str) -> ModuleSummary | None:
         """The summary of ``module``: the file whose module name ends with it, the one nearest
         to ``near`` (the importing file's path) when several do."""
+        entry = self.entry(module, near)
+        return entry[2] if entry is not None else None
+
+    def entry(self, module: str, near: str) -> tuple[str, str, ModuleSummary] | None:
+        """``(module name, path, summary)`` of ``module`` as :meth:`find` chooses it."""
         found = self._by_suffix.get(module)
         if not found:
             return None
         if len(found) == 1:
-            return found[0][2]
+            return found[0]
         here = PurePath(near).parent.parts
 
         def closeness(entry: tuple[str, str, ModuleSummary]) -> tuple[int, int, str]:
@@ -324,7 +338,7 @@ class ProjectIndex:
                 common += 1
             return (-int(entry[0] == module), -common, entry[1])
 
-        return min(found, key=closeness)[2]
+        return min(found, key=closeness)
 
     def view(self, path: str | Path, module: str) -> ProjectView:
         """The index as seen from one file (its path and module name)."""
@@ -338,7 +352,7 @@ class ProjectView:
         self.index = index
         self.path = path
         self.module = module
-        self._found: dict[str, tuple[ModuleSummary, str] | None] = {}
+        self._found: dict[str, tuple[tuple[str, str, ModuleSummary], str] | None] = {}
 
     @property
     def evidence(self) -> dict[str, set[str]]:
@@ -370,18 +384,34 @@ class ProjectView:
 
     def _lookup(self, qualname: str) -> tuple[ModuleSummary, str] | None:
         """The summary of the tree's module ``qualname`` lives in, and its name there."""
+        found = self._entry(qualname)
+        return (found[0][2], found[1]) if found is not None else None
+
+    def _entry(self, qualname: str) -> tuple[tuple[str, str, ModuleSummary], str] | None:
+        """The index entry of the module ``qualname`` lives in, and its name there."""
         if qualname in self._found:
             return self._found[qualname]
         found = None
         parts = self._absolute(qualname).split(".")
         if parts[0] in self.index.heads or qualname.startswith("."):
             for cut in range(len(parts) - 1, 0, -1):
-                summary = self.index.find(".".join(parts[:cut]), self.path)
-                if summary is not None:
-                    found = summary, ".".join(parts[cut:])
+                entry = self.index.entry(".".join(parts[:cut]), self.path)
+                if entry is not None:
+                    found = entry, ".".join(parts[cut:])
                     break
         self._found[qualname] = found
         return found
+
+    def class_source(self, qualname: str) -> tuple[str, str, str] | None:
+        """``(path, module name, class name)`` of the tree's class ``qualname`` names
+        (``engine.base.Trainer``, ``.base.Trainer``), ``None`` when the tree defines none."""
+        if qualname.startswith("torch."):
+            return None
+        found = self._entry(qualname)
+        if found is None or found[1] not in found[0][2].classes or found[0][1] == self.path:
+            return None
+        (module, path, _), name = found
+        return path, module, name
 
     def wrapper(self, qualname: str) -> Wrapper | None:
         """The autocast wrapper ``qualname`` names in the tree, if it is one."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
@@ -30,6 +31,28 @@ _FRAMEWORK_HINTS = {
 }
 
 _SCALER_KINDS = ("scale", "scaler_step", "scaler_update", "unscale", "scaler_new")
+
+#: calls that keep something of a training run (weights, a checkpoint, an exported file)
+_KEEPS = re.compile(r"save|checkpoint|state_dict|export|write|dump|push_to_hub|log_model", re.I)
+#: calls that time code (``time.time()``, ``torch.cuda.synchronize()``, a profiler)
+_TIMERS = frozenset(
+    {"time", "perf_counter", "perf_counter_ns", "monotonic", "synchronize", "elapsed_time",
+     "profile", "timeit"}
+)  # fmt: skip
+
+
+def _throughput_benchmark(analysis: FileAnalysis) -> bool:
+    """Whether the file times code and keeps nothing: no call that saves, checkpoints,
+    exports or writes anything (its module-level training only measures speed)."""
+    timed = False
+    for call in analysis.of_type(ast.Call):
+        func = call.func  # type: ignore[attr-defined]
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if _KEEPS.search(name):
+            return False
+        if name in _TIMERS and (name != "time" or dotted_key(func) == "time.time"):
+            timed = True
+    return timed
 
 
 def _info(event: Event) -> AutocastInfo:
@@ -61,8 +84,11 @@ class FloatSixteenWithoutScaler(Rule):
     modules frozen with ``requires_grad_(False)`` (or ``p.requires_grad = False`` over their
     parameters), and autocast switched by
     ``enabled=flag`` where ``flag`` is a parameter that defaults to ``False`` and that no call
-    in the linted code passes. A GradScaler built with a literal ``enabled=False`` scales
-    nothing, so it does not count as one.
+    in the linted code passes, and a throughput benchmark (a training loop written at module
+    level in a file that times it, ``time.time()`` / ``torch.cuda.synchronize()`` / a
+    profiler, and keeps nothing: no save, checkpoint, ``state_dict``, export or write), whose
+    trained weights are thrown away. A GradScaler built with a literal ``enabled=False``
+    scales nothing, so it does not count as one.
 
     Bad::
 
@@ -94,6 +120,7 @@ class FloatSixteenWithoutScaler(Rule):
         if (facts.any_scaler or facts.scaler_keys or facts.scaler_named) and not disabled:
             return
         evidence = analysis.framework_evidence
+        benchmark: bool | None = None
         for unit in analysis.units:
             if not disabled and (
                 unit.of(*_SCALER_KINDS) or any(b.scaled for b in unit.of("backward"))
@@ -108,6 +135,11 @@ class FloatSixteenWithoutScaler(Rule):
                     continue  # no fp16, or nothing under it is differentiated
                 if analysis.flag_off(info.enabled, a.node):
                     continue  # ``enabled=use_amp`` where nothing sets use_amp
+                if unit.node is analysis.tree and not a.ctx.inlined:
+                    if benchmark is None:
+                        benchmark = _throughput_benchmark(analysis)
+                    if benchmark:
+                        continue  # a timed module-level loop whose weights are thrown away
                 body = a.extra.get("body")
                 if isinstance(body, (ast.With, ast.AsyncWith)) and facts.frozen_only(body.body):
                     continue  # only a frozen (``requires_grad_(False)``) module runs in fp16

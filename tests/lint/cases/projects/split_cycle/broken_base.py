@@ -1,0 +1,2 @@
+class Broken(:  # expect: AMP000
+    pass
