@@ -15,7 +15,7 @@ from ampkit.precision.devices import peak_memory, reset_peak_memory
 
 __all__ = ["StepMetrics", "Throughput", "peak_memory", "reset_peak_memory"]
 
-_OPTIONAL = ("eval_loss", "precision_change", "lost_updates")  # written only when set
+_OPTIONAL = ("eval_loss", "precision_change", "lost_updates", "lost_state_updates")  # written only when set
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class StepMetrics:
             the precision on purpose; left out of the JSON line otherwise.
         lost_updates: bf16-true only: share of this step's intended weight updates that the
             bf16 weights did not store (None for other precisions).
+        lost_state_updates: bf16-true only: the same share for the optimizer state of the
+            bf16 parameters (0.0 when the state is kept in fp32; None for other precisions).
     """
 
     step: int
@@ -52,10 +54,11 @@ class StepMetrics:
     eval_loss: float | None = None
     precision_change: str | None = None
     lost_updates: float | None = None
+    lost_state_updates: float | None = None
 
     def to_json(self) -> str:
         """One JSON line; non-finite numbers become null so every line parses as strict JSON.
-        ``lost_updates`` is written only under bf16-true (where it is measured)."""
+        ``lost_updates`` and ``lost_state_updates`` are written only under bf16-true (where it is measured)."""
         row = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in asdict(self).items()
