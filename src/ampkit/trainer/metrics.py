@@ -15,7 +15,8 @@ from ampkit.precision.devices import peak_memory, reset_peak_memory
 
 __all__ = ["StepMetrics", "Throughput", "peak_memory", "reset_peak_memory"]
 
-_OPTIONAL = ("eval_loss", "precision_change", "lost_updates", "lost_state_updates")  # written only when set
+#: Written only when set.
+_OPTIONAL = ("eval_loss", "precision_change", "lost_updates", "lost_state_updates")
 
 
 @dataclass(frozen=True)
