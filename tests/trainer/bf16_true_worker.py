@@ -1,14 +1,15 @@
 """Two-process bf16-true runs (DDP and FSDP2), in one torchrun launch (used by
 test_bf16_true_distributed.py).
 
-    torchrun --nproc_per_node=2 bf16_true_worker.py OUT
+    torchrun --nproc_per_node=2 bf16_true_worker.py OUT [--fp8]
 
 Writes into OUT, for each run: ``<run>.safetensors`` (final weights, rank 0),
 ``<run>.rank<r>.pt`` (this rank's full parameters and the optimizer state's dtypes, after the
 run) and ``<run>/ckpt`` for the checkpointed runs. Runs: ``ddp`` (default state),
 ``ddp-stochastic`` (stochastic rounding of weights and state), ``fsdp`` and ``fsdp-kahan``
 (state in bf16 with Kahan residuals), 6 steps with a sharded checkpoint every 3, and
-``fsdp-resumed`` / ``fsdp-kahan-resumed`` from their step 3.
+``fsdp-resumed`` / ``fsdp-kahan-resumed`` from their step 3; with ``--fp8`` (torchao
+installed), ``fp8-fsdp``: emulated fp8 under FSDP2.
 """
 
 from __future__ import annotations
@@ -129,6 +130,60 @@ class _Rows(ampkit.Callback):
         )
 
 
+class Fp8Net(torch.nn.Module):
+    """Linears whose sizes are multiples of 16, as fp8 needs."""
+
+    def __init__(self, width: int = 32) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(16, width)
+        self.blocks = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(2))
+        self.out = torch.nn.Linear(width, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.inp(x))
+        for block in self.blocks:
+            h = torch.tanh(block(h))
+        return self.out(h)
+
+
+def run_fp8(out: Path, name: str, batch_size: int = BATCH, strategy: str = "fsdp") -> None:
+    """fp8 (tensorwise, torchao's emulation on the CPU) with every Linear converted; SGD, whose
+    update is linear in the gradient (AdamW's normalisation would blow each rank's own fp8
+    rounding of small gradients up to whole steps of lr)."""
+    from ampkit.precision.modes.fp8 import Fp8
+
+    g = torch.Generator().manual_seed(1)
+    data = torch.utils.data.TensorDataset(
+        torch.randn(64, 16, generator=g), torch.randint(0, 16, (64,), generator=g)
+    )
+    torch.manual_seed(0)
+    model = Fp8Net()
+    plan = ampkit.fp8_plan(
+        model, data[:16], loss_fn=torch.nn.functional.cross_entropy, use_size_prior=False
+    )
+    trainer = ampkit.Trainer(
+        model,
+        lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9),
+        loss_fn=torch.nn.functional.cross_entropy,
+        max_steps=STEPS,
+        precision=Fp8(plan=plan, emulate=True),
+        device="cpu",
+        batch_size=batch_size,
+        distributed=ampkit.DistributedConfig(strategy=strategy),
+        logging=ampkit.LoggingConfig(log_every=100),
+    )
+    result = trainer.fit(data)
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    torch.save(
+        {
+            "params": full_parameters(trainer),
+            "converted": list(plan.selected),
+            "loss": result.final_loss,
+        },
+        out / f"{name}.rank{rank}.pt",
+    )
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     warnings.simplefilter("ignore")
@@ -140,6 +195,8 @@ def main() -> None:
             run(out, name, strategy="fsdp", mode=mode, checkpoint=True)
             ckpt = out / name / "ckpt" / "step-00000003"
             run(out, f"{name}-resumed", strategy="fsdp", mode=mode, resume=ckpt)
+        if "--fp8" in sys.argv:
+            run_fp8(out, "fp8-fsdp")
     finally:
         dist.destroy_process_group()
 
