@@ -5,12 +5,11 @@ All 2-process runs are one torchrun launch (bf16_true_worker.py); the 1-process 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
-
-import importlib.util
 
 import pytest
 import torch

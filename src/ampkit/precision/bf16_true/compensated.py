@@ -172,10 +172,15 @@ class _Lent:
     results and to measure what rounding dropped.
     """
 
-    __slots__ = ("comp", "moments", "param", "proxy", "state")
+    __slots__ = ("comp", "fp32_before", "moments", "param", "proxy", "state")
 
     def __init__(
-        self, param: torch.Tensor, state: dict[str, Any], kahan: bool, state_precision: str
+        self,
+        param: torch.Tensor,
+        state: dict[str, Any],
+        kahan: bool,
+        state_precision: str,
+        measure: bool = False,
     ) -> None:
         self.param, self.state = param, state
         comp = state.pop(COMPENSATION_KEY, None) if kahan else None
@@ -187,12 +192,16 @@ class _Lent:
         self.proxy.grad = _like(_local(param.grad).float(), param)  # type: ignore[arg-type]
         # key -> (the bf16 tensor at rest or None if kept fp32, its residual or None)
         self.moments: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
+        #: fp32 state at rest, copied before a measured step (to count what changed)
+        self.fp32_before: dict[str, torch.Tensor] = {}
         for key, stored in list(state.items()):
             if not _is_moment(key, stored, param):
                 continue
             residual = state.pop(key + STATE_COMPENSATION_SUFFIX, None)
             if stored.dtype == torch.float32 and residual is None:
                 self.moments[key] = (None, None)  # fp32 at rest: lent as it is
+                if measure:
+                    self.fp32_before[key] = _local(stored).clone()
                 continue
             lent = _local(stored).float()
             if residual is not None:
@@ -368,7 +377,8 @@ class CompensatedOptimizer(torch.optim.Optimizer):
                 for i, p in enumerate(params):
                     if p.grad is None or p.dtype != torch.bfloat16:
                         continue
-                    item = _Lent(p, self.state.pop(p, {}), kahan, self.state_precision)
+                    state = self.state.pop(p, {})
+                    item = _Lent(p, state, kahan, self.state_precision, measure)
                     lent.append((params, i, item))
                     params[i] = item.proxy
                     self.state[item.proxy] = item.state
@@ -398,8 +408,12 @@ class CompensatedOptimizer(torch.optim.Optimizer):
             lost, wanted = lost_update_counts(before, after, target - before)
             self.last_lost.append((param, lost, wanted))
         _local(param).copy_(weight)
-        if self.state_precision == "fp32":
-            return  # the fp32 state the optimizer updated stays as it is: nothing rounded
+        if self.state_precision == "fp32":  # the fp32 state stays as it is: nothing rounded
+            for key, before in item.fp32_before.items() if measure else ():
+                target = _local(state[key])
+                lost, wanted = lost_update_counts(before, target, target - before)
+                self.last_state_lost.append(((param, key), lost, wanted))
+            return
         for key in [k for k, v in state.items() if _is_moment(k, v, param)]:
             kept, residual = item.moments.get(key, (None, None))
             self._store_moment(item, key, kept, residual, measure)

@@ -67,7 +67,7 @@ class LostUpdates:
         wanted: elements with a non-zero intended update, over all tensors.
         compensation: the update compensation in force (``kahan``, ``stochastic``, ``none``).
         state_per_tensor: ``<parameter>.<state key>`` -> lost share of that state tensor
-            (empty when the state is kept in fp32: nothing is rounded).
+            (0.0 for every tensor when the state is kept in fp32: nothing is rounded).
         state_lost: state elements whose update was rounded away, over all state tensors.
         state_wanted: state elements with a non-zero intended update.
         state_precision: how the state is stored (``fp32``, ``bf16-stochastic``,
