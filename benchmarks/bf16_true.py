@@ -11,6 +11,12 @@ learning rate run as separate processes, two at a time (one thread each).
     python benchmarks/bf16_true.py loss --steps 300 --batch-size 8 --seq-len 64 --lr 2e-3
     python benchmarks/bf16_true.py loss --lr 2e-4 --variants fp32,bf16-true:none
     python benchmarks/bf16_true.py long --steps 5000 --batch-size 4 --seq-len 32 --lr 1e-3
+    python benchmarks/bf16_true.py drift
+
+Drift (``drift``): an MLP of two 64x64 bf16 Linears, kahan weights, AdamW (lr 1e-4, betas
+0.9, 0.999), 2,000 steps on random minibatches of 32 from a fixed set of 256 inputs, for each
+``state_precision``: the first Linear's stored ``exp_avg_sq`` (plus its residual under
+bf16-kahan) over the exact float64 EMA of the gradients it saw, per element.
 
 Long run (``long``): the built-in GPT (2 layers, width 64) trained with AdamW (betas 0.9,
 0.999) for ``--steps`` steps on the byte corpus in fp32, bf16-mixed and bf16-true (kahan
@@ -31,16 +37,19 @@ import time
 import torch
 
 
-def bytes_per_parameter(precision: str, compensation: str | None, keep: tuple | None) -> float:
-    from ampkit import MixedPrecision
+def bytes_per_parameter(
+    precision: str, compensation: str | None, keep: tuple | None, state: str = "fp32"
+) -> float:
+    from ampkit import Bf16True, MixedPrecision
     from ampkit.models.gpt import GPT, GPTConfig
 
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=256, block_size=128, n_layer=2, n_head=4, n_embd=128))
-    kwargs = {}
     if precision == "bf16-true":
-        kwargs = {"update_compensation": compensation, "bf16_true_keep_fp32": keep}
-    mp = MixedPrecision(precision, "cpu", **kwargs)
+        mode = Bf16True(update_compensation=compensation, keep_fp32=keep, state_precision=state)
+        mp = MixedPrecision(mode, "cpu")
+    else:
+        mp = MixedPrecision(precision, "cpu")
     model = mp.prepare_model(model)
     opt = mp.prepare_optimizer(torch.optim.AdamW(model.parameters(), lr=1e-3))
     x = torch.randint(0, 256, (2, 128))
@@ -71,18 +80,33 @@ def memory() -> None:
 
     warnings.simplefilter("ignore", PrecisionWarning)
     rows = [
-        ("fp32", "fp32", None, None),
-        ("bf16-mixed", "bf16", None, None),
-        ("bf16-true, none", "bf16-true", "none", None),
-        ("bf16-true, kahan", "bf16-true", "kahan", None),
-        ("bf16-true, stochastic", "bf16-true", "stochastic", None),
-        ("bf16-true, none, nothing kept fp32", "bf16-true", "none", ()),
-        ("bf16-true, kahan, nothing kept fp32", "bf16-true", "kahan", ()),
+        ("fp32", "fp32", None, None, "fp32"),
+        ("bf16-mixed", "bf16", None, None, "fp32"),
+        ("bf16-true, kahan, state fp32 (default)", "bf16-true", "kahan", None, "fp32"),
+        ("bf16-true, kahan, state bf16-stochastic", "bf16-true", "kahan", None, "bf16-stochastic"),
+        ("bf16-true, kahan, state bf16-kahan", "bf16-true", "kahan", None, "bf16-kahan"),
+        ("bf16-true, kahan, state bf16", "bf16-true", "kahan", None, "bf16"),
+        (
+            "bf16-true, stochastic, state bf16-stochastic",
+            "bf16-true",
+            "stochastic",
+            None,
+            "bf16-stochastic",
+        ),
+        ("bf16-true, none, state bf16", "bf16-true", "none", None, "bf16"),
+        ("bf16-true, kahan, state fp32, nothing kept fp32", "bf16-true", "kahan", (), "fp32"),
+        (
+            "bf16-true, stochastic, state bf16-stochastic, nothing kept fp32",
+            "bf16-true",
+            "stochastic",
+            (),
+            "bf16-stochastic",
+        ),
     ]
-    print("| variant | bytes per parameter (weights + grads + AdamW state) |")
+    print("| variant | bytes per parameter (weights + grads + AdamW state + compensation) |")
     print("|---|---|")
-    for name, precision, comp, keep in rows:
-        print(f"| {name} | {bytes_per_parameter(precision, comp, keep):.2f} |")
+    for name, precision, comp, keep, state in rows:
+        print(f"| {name} | {bytes_per_parameter(precision, comp, keep, state):.2f} |")
 
 
 def one_run(args: argparse.Namespace) -> None:
@@ -118,6 +142,47 @@ def one_run(args: argparse.Namespace) -> None:
             }
         )
     )
+
+
+def drift() -> None:
+    import warnings
+
+    from ampkit import CompensatedOptimizer
+    from ampkit.errors import PrecisionWarning
+    from ampkit.precision.bf16_true.compensated import STATE_PRECISIONS
+
+    warnings.simplefilter("ignore", PrecisionWarning)
+    print("| state_precision | stored exp_avg_sq / exact EMA: median | mean | 10-90% | wall s |")
+    print("|---|---|---|---|---|")
+    for state in STATE_PRECISIONS:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64)
+        ).to(torch.bfloat16)
+        opt = CompensatedOptimizer(
+            torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999)),
+            "kahan",
+            state_precision=state,  # type: ignore[arg-type]
+        )
+        weight = model[0].weight
+        exact = torch.zeros(weight.shape, dtype=torch.float64)
+        inputs = torch.randn(256, 64, dtype=torch.bfloat16)
+        start = time.perf_counter()
+        for _ in range(2000):
+            model(inputs[torch.randint(0, 256, (32,))]).float().pow(2).mean().backward()
+            exact.mul_(0.999).add_(weight.grad.double() ** 2, alpha=0.001)
+            opt.step()
+            opt.zero_grad()
+        st = opt.state[weight]
+        stored = st["exp_avg_sq"].double()
+        if "exp_avg_sq_compensation" in st:
+            stored = stored + st["exp_avg_sq_compensation"].double()
+        r = (stored / exact).flatten()
+        print(
+            f"| {state} | {r.median().item():.4f} | {r.mean().item():.4f} | "
+            f"{r.quantile(0.1).item():.4f}-{r.quantile(0.9).item():.4f} | "
+            f"{time.perf_counter() - start:.0f} |"
+        )
 
 
 LONG_VARIANTS = (
@@ -273,7 +338,7 @@ def loss(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["memory", "loss", "one", "long", "long-one"])
+    parser.add_argument("what", choices=["memory", "loss", "one", "long", "long-one", "drift"])
     parser.add_argument("--variant", default="fp32")
     parser.add_argument("--precision", default="bf16")
     parser.add_argument("--compensation", default=None)
@@ -295,6 +360,7 @@ def main() -> None:
         "one": lambda: one_run(args),
         "long": lambda: long(args),
         "long-one": lambda: long_one(args),
+        "drift": lambda: drift(),
     }[args.what]()
 
 
