@@ -1,10 +1,12 @@
-"""``Bf16True``: pure bf16 training (bf16 weights, gradients and optimizer state), with
-compensated updates so that small updates are not rounded away.
+"""``Bf16True``: pure bf16 training (bf16 weights and gradients, the optimizer state in fp32
+or bf16 as ``state_precision`` says), with compensated updates so that small updates are not
+rounded away.
 
 The mode casts the model (:func:`~ampkit.precision.bf16_true.to_bf16_true`), wraps the
 optimizer (:class:`~ampkit.precision.bf16_true.CompensatedOptimizer`), measures the share of
-lost updates on logged steps (``lost_updates`` in the metrics and the run summary, a warning
-once when it is alarming) and adds the lost-updates probe to ``ampkit doctor``.
+lost updates on logged steps (``lost_updates`` for the weights and ``lost_state_updates`` for
+the optimizer state in the metrics, the weights' in the run summary, a warning once when
+either is alarming) and adds the lost-updates probe to ``ampkit doctor``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ __all__ = ["Bf16True"]
 
 
 class Bf16True(PrecisionMode):
-    """bf16 weights, gradients and optimizer state; bf16 autocast.
+    """bf16 weights and gradients, fp32 (or bf16) optimizer state; bf16 autocast.
 
     Args:
         update_compensation: ``"kahan"`` (default: a bf16 residual per weight keeps what
