@@ -37,6 +37,7 @@ __all__ = [
     "fsdp_mixed_precision",
     "init_distributed",
     "launched_local_rank",
+    "shard_by_dtype",
     "teardown_distributed",
     "wrap_model",
 ]
@@ -192,13 +193,74 @@ def fsdp_mixed_precision(policy: Policy):  # -> torch.distributed.fsdp.MixedPrec
     return MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
 
 
+def _unsharded(module: nn.Module, recurse: bool) -> list[nn.Parameter]:
+    """``module``'s parameters that no ``fully_shard`` group holds yet (those are DTensors)."""
+    from torch.distributed.tensor import DTensor
+
+    return [p for p in module.parameters(recurse=recurse) if not isinstance(p, DTensor)]
+
+
+def _numel_by_dtype(module: nn.Module) -> dict[torch.dtype, int]:
+    counts: dict[torch.dtype, int] = {}
+    for p in _unsharded(module, recurse=True):
+        counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    return counts
+
+
+def _check_own_dtypes(module: nn.Module, keep: torch.dtype) -> None:
+    own = {p.dtype for p in _unsharded(module, recurse=False)}
+    if own - {keep}:
+        names = ", ".join(f"{n} ({p.dtype})" for n, p in module.named_parameters(recurse=False))
+        raise ConfigurationError(
+            f"strategy: FSDP2 needs one parameter dtype per sharded group, but the "
+            f"{type(module).__name__} module holds parameters of several itself: {names}. "
+            "Keep the whole module in one dtype (bf16_true_keep_fp32), or use strategy='ddp'."
+        )
+
+
+def _split_off(module: nn.Module, keep: torch.dtype, shard: Callable[[nn.Module], None]) -> None:
+    """Shard every part of ``module`` whose parameters are not ``keep`` as groups of their
+    own, the smallest submodules that hold one dtype, leaving the ``keep`` ones unsharded."""
+    counts = _numel_by_dtype(module)
+    if not counts or set(counts) == {keep}:
+        return
+    if keep not in counts:
+        shard_by_dtype(module, shard)
+        return
+    for child in module.children():
+        _split_off(child, keep, shard)
+    _check_own_dtypes(module, keep)
+
+
+def shard_by_dtype(module: nn.Module, shard: Callable[[nn.Module], None]) -> None:
+    """``shard(module)`` (its ``fully_shard``) so that every FSDP2 group holds one dtype.
+
+    FSDP2 flattens a group's parameters into one buffer and refuses mixed dtypes ("FSDP
+    expects uniform original parameter dtype"). When ``module``'s unsharded parameters have
+    several (bf16-true: bf16 Linears beside fp32 norms), the submodules holding the dtype with
+    fewer elements are sharded first, each as its own group (the smallest submodule of one
+    dtype: a LayerNorm), then ``module`` with the rest.
+
+    Raises:
+        ConfigurationError: one module holds parameters of two dtypes itself.
+    """
+    counts = _numel_by_dtype(module)
+    if len(counts) > 1:
+        keep = max(counts, key=lambda d: counts[d])
+        for child in module.children():
+            _split_off(child, keep, shard)
+        _check_own_dtypes(module, keep)
+    shard(module)
+
+
 def wrap_model(model: nn.Module, strategy: Strategy, ctx: DistContext, policy: Policy) -> nn.Module:
     """Wrap ``model`` for data parallelism; the model must already be on its device.
 
     ``ddp``: ``DistributedDataParallel``. ``fsdp``: FSDP2 ``fully_shard`` on each block of the
     model's ``nn.ModuleList``s (transformer layers), then on the root, with
-    :func:`fsdp_mixed_precision`. ``none`` or a
-    single process: the model unchanged.
+    :func:`fsdp_mixed_precision`; a model whose parameters are not all fp32 (bf16-true's bf16
+    weights beside fp32 islands) is gathered in the dtypes it stores, each group of one dtype
+    (:func:`shard_by_dtype`). ``none`` or a single process: the model unchanged.
     """
     if strategy == "none" or not ctx.distributed:
         return model
@@ -208,13 +270,19 @@ def wrap_model(model: nn.Module, strategy: Strategy, ctx: DistContext, policy: P
         device_ids = devices.ddp_device_ids(policy.device, ctx.local_rank)
         return DistributedDataParallel(model, device_ids=device_ids)
     if strategy == "fsdp":
-        fully_shard, _ = fsdp2_api()
+        fully_shard, MixedPrecisionPolicy = fsdp2_api()
         mp_policy = fsdp_mixed_precision(policy)
+        if any(p.dtype != torch.float32 for p in model.parameters()):  # bf16-true: as stored
+            mp_policy = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
+
+        def shard(module: nn.Module) -> None:
+            fully_shard(module, mp_policy=mp_policy)
+
         for child in model.modules():
             if child is not model and isinstance(child, nn.ModuleList):
                 for block in child:
-                    fully_shard(block, mp_policy=mp_policy)
-        fully_shard(model, mp_policy=mp_policy)
+                    shard_by_dtype(block, shard)
+        shard_by_dtype(model, shard)
         return model
     raise ConfigurationError(
         f"strategy: {strategy!r} is unknown. Use 'auto', 'ddp', 'fsdp' or 'none'."

@@ -15,7 +15,8 @@ from ampkit.precision.devices import peak_memory, reset_peak_memory
 
 __all__ = ["StepMetrics", "Throughput", "peak_memory", "reset_peak_memory"]
 
-_OPTIONAL = ("eval_loss", "eval_metrics", "precision_change", "lost_updates")  # only when set
+#: Written only when set.
+_OPTIONAL = ("eval_loss", "eval_metrics", "precision_change", "lost_updates", "lost_state_updates")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,8 @@ class StepMetrics:
             bf16 weights did not store (None for other precisions).
         eval_metrics: each ``EvalConfig.metrics`` value at this step (name -> value), written
             as ``eval_<name>`` keys of the JSON line; None when not evaluated.
+        lost_state_updates: bf16-true only: the same share for the optimizer state of the
+            bf16 parameters (0.0 when the state is kept in fp32; None for other precisions).
     """
 
     step: int
@@ -55,6 +58,7 @@ class StepMetrics:
     precision_change: str | None = None
     lost_updates: float | None = None
     eval_metrics: dict[str, float] | None = None
+    lost_state_updates: float | None = None
 
     def flat(self) -> dict[str, object]:
         """The row's keys as ``metrics.jsonl`` has them: unset optional values left out, each
@@ -71,7 +75,8 @@ class StepMetrics:
 
     def to_json(self) -> str:
         """One JSON line; non-finite numbers become null so every line parses as strict JSON.
-        ``lost_updates`` is written only under bf16-true (where it is measured)."""
+        ``lost_updates`` and ``lost_state_updates`` are written only under bf16-true (where
+        they are measured)."""
         row = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in self.flat().items()

@@ -75,24 +75,48 @@ def test_stochastic_round_is_unbiased_and_exact_on_bf16_values():
     assert r.mean().item() == pytest.approx(-(1.0 + 2**-9), abs=1e-4)
 
 
-def test_state_is_bf16_at_rest_and_round_trips_through_state_dict():
+@pytest.mark.parametrize(
+    ("state_precision", "at_rest"),
+    [
+        ("fp32", {"exp_avg": torch.float32, "exp_avg_sq": torch.float32}),
+        ("bf16", {"exp_avg": torch.bfloat16, "exp_avg_sq": torch.bfloat16}),
+        (
+            "bf16-kahan",
+            {
+                "exp_avg": torch.bfloat16,
+                "exp_avg_sq": torch.bfloat16,
+                "exp_avg_compensation": torch.bfloat16,
+                "exp_avg_sq_compensation": torch.bfloat16,
+            },
+        ),
+    ],
+)
+def test_state_dtype_at_rest_and_exact_round_trip_through_state_dict(state_precision, at_rest):
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 4).to(torch.bfloat16)
-    opt = CompensatedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-3), "kahan")
+
+    def optimizer():
+        return CompensatedOptimizer(
+            torch.optim.AdamW(model.parameters(), lr=1e-3), "kahan", state_precision=state_precision
+        )
+
+    opt = optimizer()
     for _ in range(2):
         model(torch.randn(3, 8, dtype=torch.bfloat16)).float().sum().backward()
         opt.step()
         opt.zero_grad()
     state = opt.state[model.weight]
     assert {k: v.dtype for k, v in state.items() if k != "step"} == {
-        "exp_avg": torch.bfloat16,
-        "exp_avg_sq": torch.bfloat16,
+        **at_rest,
         "compensation": torch.bfloat16,
     }
+    assert model.weight.dtype == torch.bfloat16
     saved = opt.state_dict()
-    fresh = CompensatedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-3), "kahan")
-    fresh.load_state_dict(saved)
-    assert torch.equal(fresh.state[model.weight]["compensation"], state["compensation"])
+    fresh = optimizer()
+    fresh.load_state_dict(saved)  # torch casts state to the parameter's dtype; fp32 stays fp32
+    for key, value in state.items():
+        assert fresh.state[model.weight][key].dtype == value.dtype
+        assert torch.equal(fresh.state[model.weight][key], value)
     assert (
         fresh.optimizer.state is fresh.state and fresh.optimizer.param_groups is fresh.param_groups
     )

@@ -206,7 +206,10 @@ def test_bf16_true_measures_lost_updates_on_a_logged_step_and_reports_them():
     mp.mode.measure_next_step(opt)
     mp.step(opt)
     with pytest.warns(PrecisionWarning, match=r"at step 2, 100\.0% of the intended"):
-        assert mp.mode.step_metrics(opt, step=2, names=names) == {"lost_updates": 1.0}
+        assert mp.mode.step_metrics(opt, step=2, names=names) == {
+            "lost_updates": 1.0,
+            "lost_state_updates": 0.0,  # the default state is fp32: nothing rounded
+        }
     assert mp.mode.result_fields() == {"update_compensation": "none", "lost_updates": 1.0}
 
 

@@ -1,10 +1,11 @@
-"""Pure bf16 training (precision ``bf16-true``): bf16 weights, gradients and optimizer state,
-with compensated updates so that small updates are not rounded away.
+"""Pure bf16 training (precision ``bf16-true``): bf16 weights and gradients, the optimizer
+state in fp32 or bf16 (``state_precision``), with compensated updates so that small updates
+are not rounded away.
 
 - :func:`to_bf16_true` (``casting``): cast a model, keeping embeddings, norms and the final
   projection in fp32 unless told otherwise.
 - :class:`CompensatedOptimizer` (``compensated``): Kahan summation or stochastic rounding
-  around any torch optimizer.
+  around any torch optimizer, for the weights and (:data:`STATE_PRECISIONS`) its state.
 - :func:`lost_update_fraction` and :class:`LostUpdates` (``lost_updates``): the probe.
 """
 
@@ -13,8 +14,10 @@ from __future__ import annotations
 from ampkit.precision.bf16_true.casting import default_keep_fp32, to_bf16_true
 from ampkit.precision.bf16_true.compensated import (
     COMPENSATIONS,
+    STATE_PRECISIONS,
     CompensatedOptimizer,
     Compensation,
+    StatePrecision,
     stochastic_round_bf16,
 )
 from ampkit.precision.bf16_true.lost_updates import (
@@ -27,9 +30,11 @@ from ampkit.precision.bf16_true.lost_updates import (
 __all__ = [
     "COMPENSATIONS",
     "LOST_UPDATES_WARN_AT",
+    "STATE_PRECISIONS",
     "CompensatedOptimizer",
     "Compensation",
     "LostUpdates",
+    "StatePrecision",
     "default_keep_fp32",
     "lost_update_counts",
     "lost_update_fraction",

@@ -8,7 +8,7 @@ elements whose intended update was non-zero but whose stored value did not chang
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -58,27 +58,50 @@ def lost_update_fraction(
 
 @dataclass(frozen=True)
 class LostUpdates:
-    """Lost updates of one optimizer step, per parameter tensor and overall.
+    """Lost updates of one optimizer step, per tensor and overall: the weights, and apart
+    from them the optimizer's state (momentum, second moment) of the bf16 parameters.
 
     Attributes:
         per_tensor: parameter name -> fraction of its wanted updates that were lost.
         lost: elements whose update was lost, over all tensors.
         wanted: elements with a non-zero intended update, over all tensors.
         compensation: the update compensation in force (``kahan``, ``stochastic``, ``none``).
+        state_per_tensor: ``<parameter>.<state key>`` -> lost share of that state tensor
+            (0.0 for every tensor when the state is kept in fp32: nothing is rounded).
+        state_lost: state elements whose update was rounded away, over all state tensors.
+        state_wanted: state elements with a non-zero intended update.
+        state_precision: how the state is stored (``fp32``, ``bf16-stochastic``,
+            ``bf16-kahan``, ``bf16``).
     """
 
     per_tensor: dict[str, float]
     lost: int
     wanted: int
     compensation: str
+    state_per_tensor: dict[str, float] = field(default_factory=dict)
+    state_lost: int = 0
+    state_wanted: int = 0
+    state_precision: str = "fp32"
 
     @property
     def fraction(self) -> float:
-        """Lost over wanted, over every tracked tensor (0.0 when nothing wanted to move)."""
+        """Lost over wanted, over every tracked weight tensor (0.0 when nothing wanted to
+        move)."""
         return self.lost / self.wanted if self.wanted else 0.0
 
     @property
+    def state_fraction(self) -> float:
+        """Lost over wanted, over every tracked state tensor (0.0 under fp32 state)."""
+        return self.state_lost / self.state_wanted if self.state_wanted else 0.0
+
+    @property
     def alarming(self) -> bool:
-        """Above :data:`LOST_UPDATES_WARN_AT`, where the loss is real: under stochastic
+        """Weights above :data:`LOST_UPDATES_WARN_AT`, where the loss is real: under stochastic
         rounding a step's rounded-away update is kept in expectation, so it never alarms."""
         return self.compensation != "stochastic" and self.fraction > LOST_UPDATES_WARN_AT
+
+    @property
+    def state_alarming(self) -> bool:
+        """State above :data:`LOST_UPDATES_WARN_AT` under round-to-nearest (``bf16``): the
+        stored moments drift from what the optimizer computed."""
+        return self.state_precision == "bf16" and self.state_fraction > LOST_UPDATES_WARN_AT
