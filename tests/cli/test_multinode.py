@@ -91,6 +91,7 @@ def test_launch_specs_are_torchruns_own_options():
         (["--nnodes", "2", "--node-rank", "2", "--master-addr", "h"], "--node-rank", "0 to 1"),
         (["--nnodes", "0"], "--nnodes", "use 1 or more"),
         (["--nnodes", "2", "--rdzv-endpoint", "nohost"], "--rdzv-endpoint", "HOST:PORT"),
+        (["--dist-timeout", "0"], "--dist-timeout", "a positive number of seconds"),
     ],
 )
 def test_launch_options_are_checked_before_any_work(tmp_path, flags, hint, said):

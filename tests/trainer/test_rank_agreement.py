@@ -31,6 +31,11 @@ trainer = Trainer(
     checkpoint=CheckpointConfig(os.path.join(sys.argv[1], f"ckpt{rank}"), every=2, resume="auto"),
     distributed=DistributedConfig(timeout_s=60),
 )
+from ampkit.trainer.distributed import agree_on_end
+try:  # the end agreement: the ranks claim different last steps
+    agree_on_end(trainer.dist, 3 + rank)
+except RanksDisagreeError as exc:
+    print(f"end {rank}: {exc}", file=sys.stderr)
 try:
     with trainer:
         trainer.fit(data)
@@ -80,6 +85,8 @@ def test_two_ranks_that_see_different_checkpoint_folders_fail_fast_in_one_line(t
     assert "rank 0 resumes" in message and "step-00000002" in message
     assert f"rank 1 sees no checkpoint in {tmp_path / 'ckpt1'}" in message
     assert "trained" not in done.stderr
+    ends = {line.split(": ", 1)[1] for line in done.stderr.splitlines() if line.startswith("end ")}
+    assert len(ends) == 1 and "rank 0 at step 3; rank 1 at step 4" in ends.pop(), done.stderr
     # fast: well within the 60 s collective timeout the worker sets (torchrun start included)
     assert elapsed < 60, elapsed
     assert not (tmp_path / "ckpt1" / "step-00000004").exists()
