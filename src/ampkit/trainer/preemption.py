@@ -67,7 +67,8 @@ class StopSignals:
         self._at = 0.0
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> StopSignals:
+    def install(self) -> StopSignals:
+        """Put the handlers in place (remembering the ones they replace); returns self."""
         if threading.current_thread() is not threading.main_thread():
             log.warning(
                 "handle_signals: fit() runs outside the main thread, where Python cannot "
@@ -79,16 +80,23 @@ class StopSignals:
         self.installed = True
         return self
 
+    def restore(self) -> None:
+        """Put back the handlers that were in place before :meth:`install` (idempotent)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+        self.installed = False
+
+    def __enter__(self) -> StopSignals:
+        return self.install()
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        self._previous.clear()
-        self.installed = False
+        self.restore()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()

@@ -24,7 +24,6 @@ Batch convention: see :mod:`ampkit.precision.batches`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import signal
@@ -507,8 +506,9 @@ class Trainer:
         _ = self.dist  # join the process group now, before the model is placed or wrapped
         saved_bench = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        self._signals = StopSignals().install() if self.handle_signals else None
         try:
-            with self.mp, self._stop_signals():
+            with self.mp:
                 self._setup(train_data)
                 self._resume()
                 for callback in self.callbacks:
@@ -535,17 +535,12 @@ class Trainer:
             raise
         finally:
             self._in_loop = False
-            self._signals = None
+            if self._signals is not None:  # the handlers of handle_signals, for fit only
+                self._signals.restore()
+                self._signals = None
             for callback in self.callbacks:
                 callback.close()
             torch.backends.cudnn.benchmark = saved_bench
-
-    def _stop_signals(self) -> StopSignals | contextlib.nullcontext[None]:
-        """The signal handlers of ``handle_signals`` for one ``fit`` (else nothing)."""
-        if not self.handle_signals:
-            return contextlib.nullcontext()
-        self._signals = StopSignals()
-        return self._signals
 
     def _loop(self, train_data: Any) -> FitResult:
         parts = self._parts()
