@@ -108,7 +108,8 @@ def _positive_or_none(value: float) -> float | None:
     "--resume",
     default=None,
     help="auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh "
-    "in an empty OUT); or a checkpoint folder. Settings must match the checkpoint's, except "
+    "in an empty OUT, or one whose earlier run committed no checkpoint: its metrics.jsonl is "
+    "kept as metrics.lost-TIME.jsonl); or a checkpoint folder. Settings must match the checkpoint's, except "
     "--steps, --lr (applied to the schedule) and the logging/checkpoint flags. Carried over "
     "from the checkpoint unless given again: --steps, --log-every, --checkpoint-every, "
     "--keep-last. A run that has done its steps is left as it is (nothing to do).",
@@ -168,7 +169,7 @@ def _positive_or_none(value: float) -> float | None:
     type=int,
     default=1,
     show_default=True,
-    help="Launch N processes with torchrun (DDP); --batch-size is per process.",
+    help="Launch N processes (per node) with torchrun (DDP); --batch-size is per process.",
 )
 @click.option(
     "--nnodes",
@@ -251,7 +252,9 @@ def train(**options: Any) -> None:
     """Train a small GPT-style byte-level model with mixed precision.
 
     With no arguments it trains on the Python standard library's sources in the precision the
-    hardware supports best, and finishes in about a minute on a 2-core CPU.
+    hardware supports best, and finishes in about a minute on a 2-core CPU. SIGTERM, SIGUSR1,
+    SIGINT and SIGHUP finish the current step, write a checkpoint (with --checkpoint-every)
+    and exit 128 + signal; continue with --resume auto.
 
     \b
     Examples:
@@ -262,6 +265,7 @@ def train(**options: Any) -> None:
       ampkit train --out runs/a --resume auto   # after a crash: same steps, checkpoints
       ampkit train --out runs/a --resume auto --precision bf16 --allow-precision-change
       ampkit train --nproc 2 --batch-size 8    # = torchrun --nproc_per_node=2 -m ampkit train
+      ampkit train --nproc 8 --nnodes 2 --node-rank 0 --master-addr node01 --out /shared/a
       ampkit train --print-config > run.toml   # then: ampkit train --config run.toml
     """
     import os
