@@ -83,7 +83,7 @@ def test_sighup_mid_run_leaves_no_temporary_folder(tmp_path):
 def test_a_run_killed_before_its_first_checkpoint_resumes_fresh(tmp_path):
     out = tmp_path / "run"
     args = ["train", *TINY, "--checkpoint-every", "1000", "--out", str(out)]
-    child = spawn(*args)
+    child = spawn(*args, "--steps", "100000")  # never reaches a checkpoint
     wait_for_rows(out, 1, child)
     child.kill()  # SIGKILL: no handler runs, nothing was committed
     child.communicate()
