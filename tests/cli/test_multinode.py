@@ -113,6 +113,9 @@ def test_slurm_with_several_tasks_per_node_is_one_line(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["train", *TINY, "--nproc", "2"])
     assert result.exit_code == 2
     assert "srun --ntasks-per-node=1" in result.stderr and len(result.stderr.splitlines()) == 1
+    # --nnodes given on the command line wins over the environment: one process trains
+    alone = CliRunner().invoke(main, ["train", *TINY, "--nnodes", "1", "--steps", "1"])
+    assert alone.exit_code == 0, alone.stderr
 
 
 def failure(tmp_path: Path, rank: int, exitcode: int, at: int, message: str = "") -> ProcessFailure:

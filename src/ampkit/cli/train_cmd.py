@@ -286,7 +286,7 @@ def train(**options: Any) -> None:
         return
     given = _given_on_command_line()
     if "LOCAL_RANK" not in os.environ:
-        spec = _launch_spec(nproc, config, launch_options)
+        spec = _launch_spec(nproc, config, launch_options, slurm="nnodes" not in given)
         if spec is not None:
             sys.exit(_launch_torchrun(config, spec, given))
     _tie_worker_to_agent()
@@ -305,9 +305,11 @@ def train(**options: Any) -> None:
 _LAUNCH_OPTIONS = ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint", "rdzv_id")
 
 
-def _launch_spec(nproc: int, config: TrainConfig, options: dict[str, Any]) -> Any:
+def _launch_spec(
+    nproc: int, config: TrainConfig, options: dict[str, Any], *, slurm: bool = True
+) -> Any:
     """The torchrun launch the options ask for (None: train in this process). Under SLURM
-    with several nodes and no --nnodes, the launch comes from the environment.
+    with several nodes (``slurm``: no --nnodes given), the launch comes from the environment.
 
     Raises:
         click.BadParameter: a launch option out of range or missing its partner.
@@ -336,11 +338,11 @@ def _launch_spec(nproc: int, config: TrainConfig, options: dict[str, Any]) -> An
         )
     if nnodes == 1 and endpoint is None:
         try:
-            slurm = slurm_launch(os.environ, nproc)
+            from_slurm = slurm_launch(os.environ, nproc) if slurm else None
         except ValueError as exc:
             raise click.BadParameter(f"{exc}.", param_hint="--nnodes") from None
-        if slurm is not None:
-            return dataclasses.replace(slurm, shutdown_timeout=timeout)
+        if from_slurm is not None:
+            return dataclasses.replace(from_slurm, shutdown_timeout=timeout)
         if nproc == 1:
             return None
     if nnodes > 1 and endpoint is None and options["master_addr"] is None:
