@@ -34,9 +34,11 @@ if TYPE_CHECKING:
     from ampkit.errors import NonFiniteWeightsError as NonFiniteWeightsError
     from ampkit.errors import ParityError as ParityError
     from ampkit.errors import PrecisionWarning as PrecisionWarning
+    from ampkit.errors import RanksDisagreeError as RanksDisagreeError
     from ampkit.errors import RunInUseError as RunInUseError
     from ampkit.errors import ScalerStateError as ScalerStateError
     from ampkit.errors import StorageError as StorageError
+    from ampkit.errors import TrainingInterrupted as TrainingInterrupted
     from ampkit.errors import UnsupportedPrecisionError as UnsupportedPrecisionError
     from ampkit.gpt.config import TrainConfig as TrainConfig
     from ampkit.gpt.job import TrainSummary as TrainSummary
@@ -105,9 +107,11 @@ _EXPORTS: dict[str, str] = {
     "NonFiniteWeightsError": "ampkit.errors",
     "ParityError": "ampkit.errors",
     "PrecisionWarning": "ampkit.errors",
+    "RanksDisagreeError": "ampkit.errors",
     "RunInUseError": "ampkit.errors",
     "ScalerStateError": "ampkit.errors",
     "StorageError": "ampkit.errors",
+    "TrainingInterrupted": "ampkit.errors",
     "UnsupportedPrecisionError": "ampkit.errors",
     "NumberFormat": "ampkit.precision.formats",
     "number_format": "ampkit.precision.formats",
@@ -198,6 +202,7 @@ __all__ = [
     "Policy",
     "PrecisionMode",
     "PrecisionWarning",
+    "RanksDisagreeError",
     "Recommendation",
     "RunInUseError",
     "ScalerStateError",
@@ -208,6 +213,7 @@ __all__ = [
     "TrainConfig",
     "TrainSummary",
     "Trainer",
+    "TrainingInterrupted",
     "UnsupportedPrecisionError",
     "accuracy",
     "detect_nonfinite",

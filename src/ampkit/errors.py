@@ -20,9 +20,11 @@ __all__ = [
     "NonFiniteWeightsError",
     "ParityError",
     "PrecisionWarning",
+    "RanksDisagreeError",
     "RunInUseError",
     "ScalerStateError",
     "StorageError",
+    "TrainingInterrupted",
     "UnsupportedPrecisionError",
 ]
 
@@ -153,3 +155,37 @@ class StorageError(AmpkitError, OSError):
         }.get(exc.errno or 0, exc.strerror or str(exc))
         advice = fix or "Free some space or write somewhere else, then run the command again."
         return cls(f"writing {writing} failed: {reason} ({exc.strerror or exc}). {advice}")
+
+
+class TrainingInterrupted(AmpkitError):
+    """Training stopped on a signal (SIGTERM, SIGUSR1, SIGINT, SIGHUP) after finishing the
+    optimizer step it was in, with a checkpoint of that step written on every rank.
+
+    The exit status is ``128 + signal``, as for a process the signal had ended.
+
+    Attributes:
+        step: the optimizer step training stopped after.
+        checkpoint: the checkpoint holding that step (None: the run writes no checkpoints, so
+            the steps done are lost).
+        signal: the signal's number.
+    """
+
+    def __init__(self, message: str, *, step: int, checkpoint: str | None, signal: int) -> None:
+        super().__init__(message)
+        self.step, self.checkpoint, self.signal = step, checkpoint, signal
+        self.exit_code = 128 + signal
+
+    @property
+    def signal_name(self) -> str:
+        """The signal's name (``SIGTERM``)."""
+        import signal as signals
+
+        try:
+            return signals.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
+
+class RanksDisagreeError(AmpkitError, RuntimeError):
+    """The processes of a distributed run see different states (the checkpoint to resume, the
+    step they reached) and would silently train apart; every rank raises it alike."""

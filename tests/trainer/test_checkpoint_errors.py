@@ -59,11 +59,13 @@ def test_failed_save_leaves_nothing_and_the_retry_message_is_right(tmp_path):
     with pytest.raises(NonFiniteWeightsError, match="inf/NaN"):
         trainer(tmp_path, callbacks=[PoisonAt(2)]).fit(data())
     assert list((tmp_path / "ckpt").glob("*")) == []  # no step-*.tmp-PID folder
-    with pytest.raises(ConfigurationError) as caught:
-        trainer(tmp_path, resume="auto").fit(data())
-    message = str(caught.value)
-    assert "asked to resume (resume='auto') but found no valid checkpoint" in message
-    assert "Resume that run" not in message
+    lost = (tmp_path / "metrics.jsonl").read_text()
+    # nothing was committed, so resume="auto" is a fresh start that keeps the lost rows aside
+    result = trainer(tmp_path, resume="auto").fit(data())
+    kept = list(tmp_path.glob("metrics.lost-*.jsonl"))
+    assert len(kept) == 1 and kept[0].read_text() == lost
+    assert any("committed no checkpoint" in note for note in result.notes)
+    assert result.resumed_from is None and result.steps == 4
 
 
 def test_fresh_run_over_checkpoints_names_what_was_passed(tmp_path):

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import math
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -104,7 +108,8 @@ def _positive_or_none(value: float) -> float | None:
     "--resume",
     default=None,
     help="auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh "
-    "in an empty OUT); or a checkpoint folder. Settings must match the checkpoint's, except "
+    "in an empty OUT, or one whose earlier run committed no checkpoint: its metrics.jsonl is "
+    "kept as metrics.lost-TIME.jsonl); or a checkpoint folder. Settings must match the checkpoint's, except "
     "--steps, --lr (applied to the schedule) and the logging/checkpoint flags. Carried over "
     "from the checkpoint unless given again: --steps, --log-every, --checkpoint-every, "
     "--keep-last. A run that has done its steps is left as it is (nothing to do).",
@@ -164,7 +169,39 @@ def _positive_or_none(value: float) -> float | None:
     type=int,
     default=1,
     show_default=True,
-    help="Launch N processes with torchrun (DDP); --batch-size is per process.",
+    help="Launch N processes (per node) with torchrun (DDP); --batch-size is per process.",
+)
+@click.option(
+    "--nnodes",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Nodes in the job (torchrun's --nnodes): run this command on each node with its "
+    "--node-rank and the same --master-addr/--master-port (or --rdzv-endpoint). Under SLURM "
+    "(one task per node) all of it is read from the environment. --out must be shared storage.",
+)
+@click.option(
+    "--node-rank", type=int, default=0, show_default=True, help="This node's rank (0 to M-1)."
+)
+@click.option("--master-addr", default=None, help="Host of the node with --node-rank 0.")
+@click.option(
+    "--master-port", type=int, default=None, help="A free port on that host. [default: 29500]"
+)
+@click.option(
+    "--rdzv-endpoint",
+    default=None,
+    metavar="HOST:PORT",
+    help="torchrun's c10d rendezvous instead of --master-addr/--node-rank (ranks are assigned "
+    "as nodes join).",
+)
+@click.option("--rdzv-id", default=None, help="The job's id for --rdzv-endpoint.")
+@click.option(
+    "--dist-timeout",
+    type=float,
+    default=_DEFAULT["dist_timeout"],
+    show_default=True,
+    help="Seconds a collective waits for the other processes before it fails; also how long "
+    "a stopping job waits for its workers' checkpoint.",
 )
 @click.option(
     "--keep-fp32",
@@ -215,7 +252,9 @@ def train(**options: Any) -> None:
     """Train a small GPT-style byte-level model with mixed precision.
 
     With no arguments it trains on the Python standard library's sources in the precision the
-    hardware supports best, and finishes in about a minute on a 2-core CPU.
+    hardware supports best, and finishes in about a minute on a 2-core CPU. SIGTERM, SIGUSR1,
+    SIGINT and SIGHUP finish the current step, write a checkpoint (with --checkpoint-every)
+    and exit 128 + signal; continue with --resume auto.
 
     \b
     Examples:
@@ -226,11 +265,13 @@ def train(**options: Any) -> None:
       ampkit train --out runs/a --resume auto   # after a crash: same steps, checkpoints
       ampkit train --out runs/a --resume auto --precision bf16 --allow-precision-change
       ampkit train --nproc 2 --batch-size 8    # = torchrun --nproc_per_node=2 -m ampkit train
+      ampkit train --nproc 8 --nnodes 2 --node-rank 0 --master-addr node01 --out /shared/a
       ampkit train --print-config > run.toml   # then: ampkit train --config run.toml
     """
     import os
 
     nproc = options.pop("nproc")
+    launch_options = {name: options.pop(name) for name in _LAUNCH_OPTIONS}
     print_config = options.pop("print_config")
     options.update(click.get_current_context().meta.get(_FILE_ONLY, {}))
     if nproc < 1:
@@ -244,15 +285,155 @@ def train(**options: Any) -> None:
         click.echo(config_as_toml(config, nproc), nl=False)
         return
     given = _given_on_command_line()
-    if nproc > 1 and "LOCAL_RANK" not in os.environ:
-        sys.exit(_launch_torchrun(config, nproc, given))
+    if "LOCAL_RANK" not in os.environ:
+        spec = _launch_spec(nproc, config, launch_options, slurm="nnodes" not in given)
+        if spec is not None:
+            sys.exit(_launch_torchrun(config, spec, given))
     _tie_worker_to_agent()
     from ampkit.gpt.job import train as run_training
     from ampkit.trainer.callbacks import ProgressBar
 
-    summary = run_training(config, callbacks=[ProgressBar()] if show_progress else [], given=given)
+    with _worker_errors():
+        summary = run_training(
+            config, callbacks=[ProgressBar()] if show_progress else [], given=given
+        )
     if os.environ.get("RANK", "0") == "0":
         click.echo(summary.nothing_to_do or _render_summary(summary))
+
+
+#: The options of the launch (torchrun's), not settings of the run.
+_LAUNCH_OPTIONS = ("nnodes", "node_rank", "master_addr", "master_port", "rdzv_endpoint", "rdzv_id")
+
+
+def _launch_spec(
+    nproc: int, config: TrainConfig, options: dict[str, Any], *, slurm: bool = True
+) -> Any:
+    """The torchrun launch the options ask for (None: train in this process). Under SLURM
+    with several nodes (``slurm``: no --nnodes given), the launch comes from the environment.
+
+    Raises:
+        click.BadParameter: a launch option out of range or missing its partner.
+    """
+    import os
+
+    from ampkit.cli.torchrun import LaunchSpec, slurm_launch
+
+    nnodes, node_rank = options["nnodes"], options["node_rank"]
+    endpoint, port = options["rdzv_endpoint"], options["master_port"]
+    timeout = max(1, math.ceil(config.dist_timeout))
+    if nnodes < 1:
+        raise click.BadParameter(f"{nnodes} is invalid; use 1 or more.", param_hint="--nnodes")
+    if not 0 <= node_rank < nnodes:
+        raise click.BadParameter(
+            f"{node_rank} is invalid with --nnodes {nnodes}; use 0 to {nnodes - 1}.",
+            param_hint="--node-rank",
+        )
+    if port is not None and not 0 < port < 65536:
+        raise click.BadParameter(
+            f"{port} is not a port; use 1 to 65535.", param_hint="--master-port"
+        )
+    if endpoint is not None and (":" not in endpoint or not endpoint.rsplit(":", 1)[1].isdigit()):
+        raise click.BadParameter(
+            f"{endpoint!r} is not HOST:PORT (e.g. node01:29400).", param_hint="--rdzv-endpoint"
+        )
+    if nnodes == 1 and endpoint is None:
+        try:
+            from_slurm = slurm_launch(os.environ, nproc) if slurm else None
+        except ValueError as exc:
+            raise click.BadParameter(f"{exc}.", param_hint="--nnodes") from None
+        if from_slurm is not None:
+            return dataclasses.replace(from_slurm, shutdown_timeout=timeout)
+        if nproc == 1:
+            return None
+    if nnodes > 1 and endpoint is None and options["master_addr"] is None:
+        raise click.BadParameter(
+            f"--nnodes {nnodes} needs --master-addr HOST (the node with --node-rank 0) and "
+            "--master-port, or --rdzv-endpoint HOST:PORT.",
+            param_hint="--master-addr",
+        )
+    return LaunchSpec(
+        nproc=nproc,
+        nnodes=nnodes,
+        node_rank=node_rank,
+        master_addr=options["master_addr"],
+        master_port=port,
+        rdzv_endpoint=endpoint,
+        rdzv_id=options["rdzv_id"],
+        shutdown_timeout=timeout,
+    )
+
+
+@contextlib.contextmanager
+def _worker_errors() -> Iterator[None]:
+    """How a training process ends on what is not a plain error line: a stop on a signal (one
+    line, exit ``128 + signal``), a worker of ``--nproc`` that lost its peers (no traceback:
+    the launcher names the rank that failed first), and a worker's own error (recorded for
+    the launcher, which names it when that rank failed first)."""
+    import os
+
+    from ampkit._process import launched_by_ampkit
+    from ampkit.cli.torchrun import PEER_LOST, report_to_launcher, write_error_file
+    from ampkit.errors import AmpkitError, TrainingInterrupted
+
+    worker = launched_by_ampkit() is not None
+    rank = os.environ.get("RANK", "0")
+    try:
+        yield
+    except TrainingInterrupted as exc:
+        line = f"ampkit: error: {_stopped_line(exc)}"
+        if rank == "0" and not (worker and report_to_launcher(line)):
+            click.echo(line, err=True)
+        sys.exit(exc.exit_code)
+    except AmpkitError as exc:
+        if worker:
+            write_error_file(str(exc))
+        raise
+    except Exception as exc:
+        if not _lost_peer(exc):
+            raise
+        if worker:
+            sys.exit(PEER_LOST)
+        click.echo(
+            f"ampkit: error: rank {rank} lost its connection to the other processes of the job "
+            f"({_first_line(exc)}); one of them probably failed: see its output.",
+            err=True,
+        )
+        sys.exit(1)
+
+
+def _stopped_line(exc: Any) -> str:
+    """The one line of a stop on a signal, in the command line's words."""
+    where = f"stopped by {exc.signal_name} at step {exc.step}"
+    if exc.checkpoint is not None:
+        return f"{where}; checkpoint written to {exc.checkpoint}; continue with --resume auto."
+    return (
+        f"{where}; no checkpoint was written (the run has no --checkpoint-every), so its "
+        f"{exc.step} steps are lost. Add --out DIR --checkpoint-every N to keep them."
+    )
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` is a collective failing because another process went away."""
+    import torch.distributed as dist
+
+    kinds = tuple(getattr(dist, name) for name in ("DistError",) if hasattr(dist, name))
+    if kinds and isinstance(exc, kinds):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        marker in text
+        for marker in (
+            "Connection closed by peer",
+            "Connection reset by peer",
+            "Broken pipe",
+            "NCCL communicator was aborted",
+        )
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def _given_on_command_line() -> frozenset[str]:
@@ -367,37 +548,44 @@ def _tie_worker_to_agent() -> None:
         die_with_parent(int(agent), signal.SIGKILL)
 
 
-def _launch_torchrun(config: TrainConfig, nproc: int, given: frozenset[str]) -> int:
-    """Check the run, hold ``--out``'s lock, and re-run this command under torchrun with
-    ``nproc`` processes (:mod:`ampkit.cli.torchrun`); return its exit status."""
+def _launch_torchrun(config: TrainConfig, spec: Any, given: frozenset[str]) -> int:
+    """Check the run, hold ``--out``'s lock (the first node's launcher), and re-run this
+    command under torchrun as ``spec`` says (:mod:`ampkit.cli.torchrun`); return its exit
+    status."""
     import signal
 
     from ampkit.cli.torchrun import launch
     from ampkit.gpt.job import prepare_run
 
-    with prepare_run(config, world_size=nproc, given=given) as plan:
+    first_node = spec.node_rank == 0 and spec.rdzv_endpoint is None
+    with prepare_run(
+        config, world_size=spec.world_size, given=given, is_main=first_node or spec.nnodes == 1
+    ) as plan:
         if plan.finished is not None:
             click.echo(plan.finished)
             return 0
         config = plan.config or config
-        result = launch(nproc, _without_nproc(sys.argv[1:]))
+        result = launch(spec, _without_nproc(sys.argv[1:]))
+    if result.report:  # rank 0's own line: stopped by a signal at step N, checkpoint at ...
+        click.echo(result.report, err=True)
+        return result.status
     more = (
         " Continue from the last checkpoint with --resume auto."
         if config.checkpoint_every or config.resume
         else ""
     )
+    workers = f"all {spec.nproc} workers" if spec.nproc > 1 else "its worker"
     if result.forwarded is not None:
         name = signal.Signals(result.forwarded).name
         click.echo(
-            f"ampkit: error: stopped by {name}; the torchrun agent and all {nproc} workers were "
+            f"ampkit: error: stopped by {name}; the torchrun agent and {workers} were "
             f"stopped.{more}",
             err=True,
         )
     elif result.agent_signal is not None:
         name = signal.Signals(result.agent_signal).name
         click.echo(
-            f"ampkit: error: the torchrun agent was killed by {name}; its {nproc} workers "
-            f"die with it.{more}",
+            f"ampkit: error: the torchrun agent was killed by {name}; {workers} die with it.{more}",
             err=True,
         )
     return result.status

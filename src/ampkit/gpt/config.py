@@ -50,6 +50,8 @@ class TrainConfig:
         compile: ``torch.compile`` the model; None: on for fp8 on CUDA, else off.
         compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
         strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
+        dist_timeout: seconds a collective waits for the other processes before it fails
+            (and that a stopping ``--nproc`` job waits for its workers' checkpoint).
         keep_fp32: module names of the GPT to run in fp32 under autocast.
         detect_nonfinite: stop at the first inf/NaN and name the module that made it.
         update_compensation: bf16-true only: ``kahan`` (default), ``stochastic`` or ``none``.
@@ -85,6 +87,7 @@ class TrainConfig:
     compile: bool | None = None
     compile_mode: str | None = None
     strategy: str = "auto"
+    dist_timeout: float = 600.0
     keep_fp32: tuple[str, ...] = ()
     detect_nonfinite: bool = False
     overwrite: bool = False
@@ -144,6 +147,11 @@ class TrainConfig:
         heads = self.n_head if ints["n_head"] else 1
         checks += [
             ("lr", is_number(self.lr) and self.lr > 0, "a positive number"),
+            (
+                "dist_timeout",
+                is_number(self.dist_timeout) and self.dist_timeout > 0,
+                "a positive number of seconds",
+            ),
             ("init_scale", is_number(self.init_scale) and self.init_scale > 0, "a positive number"),
             (
                 "weight_decay",

@@ -184,11 +184,14 @@ def prepare_run(
     *,
     lock_shared_with: int | None = None,
     given: Collection[str] | None = None,
+    is_main: bool = True,
 ) -> Iterator[RunPlan]:
     """Check everything a run needs before any process trains, and hold ``--out``.
 
     The ``--nproc`` launcher calls this before starting torchrun, so a bad setting is refused
-    once instead of once per rank; the lock on ``--out`` is held until the ``with`` ends.
+    once instead of once per rank; the lock on ``--out`` is held until the ``with`` ends. The
+    launcher of a node other than the first (``is_main=False``) only checks: the first node's
+    launcher holds the folder, which every node must share.
 
     Raises:
         ConfigurationError, DataError, CheckpointError, RunInUseError, StorageError: as
@@ -197,7 +200,7 @@ def prepare_run(
     corpus, mode = _resolve(config, world_size)
     with open_run_folder(
         config,
-        is_main=True,
+        is_main=is_main,
         data_sha256=functools.cache(corpus.sha256),
         precision=mode.policy.precision,
         lock_shared_with=lock_shared_with,
@@ -347,8 +350,10 @@ def _train(
         checkpoint=checkpoint,
         compile=CompileConfig(enabled=config.compile, mode=config.compile_mode),
         distributed=DistributedConfig(
-            strategy=cast(Strategy, config.strategy)  # TrainConfig.validate checked it
+            strategy=cast(Strategy, config.strategy),  # TrainConfig.validate checked it
+            timeout_s=config.dist_timeout,
         ),
+        handle_signals=True,
         callbacks=[
             *(c if isinstance(c, Callback) else _Forward(c) for c in callbacks),
             *_loggers(config, out),

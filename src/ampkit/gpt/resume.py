@@ -47,6 +47,7 @@ FREE = frozenset(
         "compile",
         "compile_mode",
         "strategy",
+        "dist_timeout",
         "device",
         "detect_nonfinite",
         "loggers",

@@ -7,8 +7,11 @@ one line, and nothing on disk changes when a run is refused:
 
 * the folder is created and locked (:class:`~ampkit._lock.FolderLock`) for the whole run;
 * a fresh run refuses a folder holding an earlier run's outputs unless ``--overwrite``;
-* ``--resume auto`` picks the newest checkpoint that verifies, and refuses to go on when there
-  is none but earlier outputs exist (nothing to continue from, and starting fresh would mix);
+* ``--resume auto`` picks the newest checkpoint that verifies; when the earlier run committed
+  none (it was stopped before its first checkpoint) and left only ``metrics.jsonl``, that file
+  is kept aside as ``metrics.lost-<time>.jsonl`` and the run starts fresh; it refuses to go on
+  when there is no valid checkpoint but other earlier outputs exist (a finished run, or damaged
+  checkpoints: nothing to continue from, and starting fresh would mix);
 * the settings recorded in the checkpoint are compared with this run's, and those not given
   again (``--steps``, ``--log-every``, ``--checkpoint-every``, ``--keep-last``) are carried
   over (:mod:`ampkit.gpt.resume`);
@@ -28,11 +31,13 @@ from ampkit.checkpoint import folder as folder
 from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, StorageError
 from ampkit.gpt.config import TrainConfig
 from ampkit.gpt.resume import carry_over, check_resume_config
+from ampkit.trainer.checkpoint import set_aside_lost_metrics
 
 __all__ = ["OUTPUTS", "RunPlan", "earlier_outputs", "open_run_folder"]
 
 #: Files a run writes into ``--out``, besides ``checkpoints/`` and ``tensorboard/``.
 OUTPUTS = ("metrics.jsonl", "summary.json", "model.safetensors")
+METRICS = OUTPUTS[0]
 CHECKPOINTS, TENSORBOARD = "checkpoints", "tensorboard"
 
 
@@ -123,6 +128,16 @@ def _plan(
         notes.extend(f"skipped a bad checkpoint: {problem}" for problem in problems)
         if info is None:
             files = [name for name in earlier if name != f"{CHECKPOINTS}/"]
+            if files == [METRICS] and not folder.find_checkpoints(checkpoints):
+                # the earlier run was stopped before its first checkpoint committed: its steps
+                # are lost, nothing is to be continued, and starting over mixes nothing
+                kept = set_aside_lost_metrics(out / METRICS) if is_main else None
+                if kept is not None:
+                    notes.append(
+                        f"the earlier run in {out} committed no checkpoint, so this one starts "
+                        f"fresh; its metrics.jsonl was kept as {kept.name}"
+                    )
+                return RunPlan(resume="auto", notes=notes)
             if files:
                 damaged = f" ({folder.damaged_list(problems)})" if problems else ""
                 raise CheckpointError(

@@ -31,9 +31,9 @@ from torch import nn
 from ampkit.checkpoint import folder as folder
 from ampkit.checkpoint import sharded
 from ampkit.checkpoint.rng import get_rng_state, set_rng_state
-from ampkit.errors import CheckpointError, ConfigurationError
+from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, RanksDisagreeError
 from ampkit.precision.engine import MixedPrecision
-from ampkit.trainer.distributed import DistContext
+from ampkit.trainer.distributed import DistContext, all_gather, broadcast_from_main, ranks_listed
 from ampkit.trainer.reshard import data_position, reshard_counters
 from ampkit.trainer.state import TrainerState
 
@@ -48,8 +48,10 @@ __all__ = [
     "TRAINER",
     "Restored",
     "TrainingParts",
+    "choose_resume_checkpoint",
     "find_resume_checkpoint",
     "full_weights",
+    "set_aside_lost_metrics",
     "manifest_metadata",
     "restore",
     "small_state",
@@ -319,3 +321,120 @@ def find_resume_checkpoint(
         log.info(notes[-1])
         return None, notes
     return info.path, notes
+
+
+def choose_resume_checkpoint(
+    ctx: DistContext, checkpoint_dir: Path | None, resume: str | Path | None
+) -> tuple[Path | None, list[str]]:
+    """:func:`find_resume_checkpoint` decided once, by rank 0, and checked by every rank.
+
+    Rank 0 picks the checkpoint (or a fresh start) and broadcasts it; every rank then says
+    which checkpoints it sees in its own ``checkpoint_dir`` and whether it can read rank 0's
+    choice. A rank that cannot read the choice, or (``resume="auto"``) does not see it among its
+    own checkpoints, or sees checkpoints where rank 0 starts fresh, is a disagreement: every
+    rank raises the same error, before any step, instead of training apart. One process:
+    :func:`find_resume_checkpoint` itself.
+
+    Raises:
+        RanksDisagreeError: the ranks see different checkpoints (the message names the ranks
+            and what each sees).
+        ConfigurationError, CheckpointError: as :func:`find_resume_checkpoint` (on every rank).
+    """
+    if not ctx.distributed:
+        return find_resume_checkpoint(checkpoint_dir, resume)
+    choice: Path | None = None
+    notes: list[str] = []
+    error: AmpkitError | None = None
+    if ctx.is_main:
+        try:
+            choice, notes = find_resume_checkpoint(checkpoint_dir, resume)
+        except AmpkitError as exc:
+            error = exc
+    decided = broadcast_from_main(
+        ctx,
+        (
+            None if choice is None else str(choice),
+            notes,
+            None if error is None else (type(error), str(error)),
+        ),
+    )
+    if error is not None:
+        raise error
+    if decided[2] is not None:
+        kind, message = decided[2]
+        raise kind(message)
+    choice = None if decided[0] is None else Path(decided[0])
+    seen = (
+        [info.path.name for info in folder.find_checkpoints(checkpoint_dir)]
+        if checkpoint_dir
+        else []
+    )
+    readable = choice is None or choice.is_dir()
+    if choice is not None and resume == "auto":
+        readable = readable and any(
+            i.path == choice for i in folder.find_checkpoints(choice.parent)
+        )
+    views = all_gather(ctx, (str(checkpoint_dir), seen, readable))
+    main_seen = set(views[0][1])
+    wrong: list[int] = []
+    for rank, (_where, names, can_read) in enumerate(views):
+        if choice is not None:
+            if not can_read or (resume == "auto" and choice.name not in names):
+                wrong.append(rank)
+        elif resume == "auto" and set(names) - main_seen:
+            wrong.append(rank)
+    if not wrong:
+        return choice, list(decided[1])
+    chosen = (
+        f"resumes {choice}"
+        if choice is not None
+        else f"starts fresh ({views[0][0]} holds no valid checkpoint)"
+    )
+    seen_by: dict[tuple[str, str | None, bool], list[int]] = {}
+    for rank in wrong:
+        where, names, can_read = views[rank]
+        seen_by.setdefault((where, names[-1] if names else None, can_read), []).append(rank)
+    parts = []
+    for (where, newest, can_read), ranks in seen_by.items():
+        sees = f"newest {newest}" if newest else "no checkpoint"
+        unread = "" if can_read or choice is None else "cannot read it and "
+        parts.append(
+            f"{ranks_listed(ranks)} {unread}see{'s' if len(ranks) == 1 else ''} {sees} in {where}"
+        )
+    raise RanksDisagreeError(
+        f"resume: the processes disagree on the checkpoint to resume: rank 0 {chosen}; "
+        f"{'; '.join(parts)}. Every rank must see the same checkpoint folder: put "
+        "CheckpointConfig.dir on storage all nodes share (the same path on each), then resume "
+        "again."
+    )
+
+
+def set_aside_lost_metrics(metrics_file: Path) -> Path | None:
+    """Rename the metrics file of an earlier run that committed no checkpoint (its steps are
+    lost) to ``<stem>.lost-<UTC time><suffix>``, so a fresh start neither refuses nor
+    overwrites it; return the new path (None: no such file, or an empty one).
+
+    Raises:
+        StorageError: the file cannot be renamed.
+    """
+    import time
+
+    from ampkit.errors import StorageError
+
+    if not metrics_file.is_file() or not metrics_file.stat().st_size:
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = metrics_file.with_name(f"{metrics_file.stem}.lost-{stamp}{metrics_file.suffix}")
+    number = 1
+    while target.exists():
+        number += 1
+        target = metrics_file.with_name(
+            f"{metrics_file.stem}.lost-{stamp}-{number}{metrics_file.suffix}"
+        )
+    try:
+        metrics_file.rename(target)
+    except OSError as exc:
+        raise StorageError.from_os_error(
+            exc, f"{target} (setting the lost run's metrics aside)"
+        ) from None
+    return target

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ampkit.errors import ConfigurationError
+from ampkit.errors import ConfigurationError, RanksDisagreeError
 from ampkit.precision import devices
 from ampkit.precision.policy import Policy
 
@@ -33,6 +33,9 @@ __all__ = [
     "STRATEGIES",
     "DistContext",
     "Strategy",
+    "agree_on_end",
+    "all_gather",
+    "broadcast_from_main",
     "fsdp2_api",
     "fsdp_mixed_precision",
     "init_distributed",
@@ -165,6 +168,51 @@ def teardown_distributed(ctx: DistContext, *, wait_for_all: bool = False) -> Non
             dist.barrier()
         dist.destroy_process_group()
         _created = False
+
+
+def all_gather(ctx: DistContext, value: Any) -> list[Any]:
+    """Every rank's ``value`` (picklable), in rank order; ``[value]`` in one process."""
+    if not ctx.distributed:
+        return [value]
+    gathered: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def broadcast_from_main(ctx: DistContext, value: Any) -> Any:
+    """Rank 0's ``value`` (picklable) on every rank; ``value`` itself in one process."""
+    if not ctx.distributed:
+        return value
+    box = [value if ctx.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def ranks_listed(ranks: list[int]) -> str:
+    """``rank 1``, ``ranks 1, 3`` or ``ranks 1, 2, 3 and 5 more``."""
+    shown = ", ".join(str(r) for r in ranks[:4])
+    more = f" and {len(ranks) - 4} more" if len(ranks) > 4 else ""
+    return f"rank{'s' if len(ranks) > 1 else ''} {shown}{more}"
+
+
+def agree_on_end(ctx: DistContext, step: int) -> None:
+    """Check that every rank reached the same optimizer step at the end of training.
+
+    Raises:
+        RanksDisagreeError: on every rank alike, naming the ranks and the steps they reached.
+    """
+    steps = all_gather(ctx, step)
+    if len(set(steps)) <= 1:
+        return
+    by_step: dict[int, list[int]] = {}
+    for rank, reached in enumerate(steps):
+        by_step.setdefault(reached, []).append(rank)
+    seen = "; ".join(f"{ranks_listed(r)} at step {s}" for s, r in sorted(by_step.items()))
+    raise RanksDisagreeError(
+        f"training: the processes ended at different steps ({seen}), so their weights no "
+        "longer agree. Every rank must get the same number of batches per step; check the "
+        "data each rank is given, and resume from the last checkpoint."
+    )
 
 
 def fsdp2_api() -> tuple[Callable[..., Any], type]:

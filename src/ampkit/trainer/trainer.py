@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -43,6 +44,7 @@ from ampkit.errors import (
     ConfigurationError,
     NonFiniteTrainingError,
     StorageError,
+    TrainingInterrupted,
 )
 from ampkit.precision.batches import batch_loss, batch_output, batch_size_of
 from ampkit.precision.devices import fork_rng, peak_memory, reset_peak_memory
@@ -53,9 +55,10 @@ from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
 from ampkit.trainer.checkpoint import (
     TrainingParts,
-    find_resume_checkpoint,
+    choose_resume_checkpoint,
     full_weights,
     restore,
+    set_aside_lost_metrics,
 )
 from ampkit.trainer.checkpoint_writer import CheckpointWriter
 from ampkit.trainer.config import (
@@ -72,6 +75,7 @@ from ampkit.trainer.data import build_loader, example_batch
 from ampkit.trainer.distributed import (
     DistContext,
     Strategy,
+    agree_on_end,
     init_distributed,
     launched_local_rank,
     teardown_distributed,
@@ -79,6 +83,7 @@ from ampkit.trainer.distributed import (
 )
 from ampkit.trainer.evaluation import EvalResult, EvalSums, MetricFn, check_metrics
 from ampkit.trainer.metrics import Throughput
+from ampkit.trainer.preemption import StopSignals, StopVote
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
 
@@ -138,6 +143,11 @@ class Trainer:
             than bf16; off otherwise; False under fp8 on CUDA warns).
         channels_last: channels-last memory format for the model and 4-D inputs (conv nets).
         cudnn_benchmark: let cuDNN pick algorithms per shape (restored after ``fit``).
+        handle_signals: during ``fit``, SIGTERM, SIGUSR1, SIGINT and SIGHUP finish the current
+            optimizer step, write a checkpoint of it on every rank (all ranks stop at the same
+            step) and raise :class:`~ampkit.TrainingInterrupted`; a second signal ends the
+            process at once (:mod:`ampkit.trainer.preemption`). The handlers in place before
+            are restored when ``fit`` returns. ``ampkit train`` turns this on.
 
     Under ``precision="fp8"`` (or ``ampkit.Fp8(...)`` without a plan) the plan is measured on
     the first batch of ``fit``'s data (on CUDA; rank 0's plan is used by all); under FSDP2
@@ -192,6 +202,7 @@ class Trainer:
         compile: CompileConfig | bool | None = None,
         channels_last: bool = False,
         cudnn_benchmark: bool = False,
+        handle_signals: bool = False,
     ) -> None:
         check_length(max_steps, epochs)
         check_count("Trainer", "batch_size", batch_size)
@@ -255,6 +266,12 @@ class Trainer:
         self._resharded = False
         self._in_loop = False
         self.channels_last, self.cudnn_benchmark = channels_last, cudnn_benchmark
+        if not isinstance(handle_signals, bool):
+            raise ConfigurationError(
+                f"Trainer: handle_signals={handle_signals!r} is invalid. It must be True or False."
+            )
+        self.handle_signals = handle_signals
+        self._signals: StopSignals | None = None
         progress_bar = logging.progress_bar
         if progress_bar is None:
             progress_bar = sys.stderr.isatty() and not any(
@@ -495,8 +512,17 @@ class Trainer:
             )
 
     def _resume(self) -> None:
-        path, notes = find_resume_checkpoint(self.checkpoint_dir, self.resume)
+        path, notes = choose_resume_checkpoint(self.dist, self.checkpoint_dir, self.resume)
         self.notes.extend(notes)
+        metrics = self.logging_config.metrics_file
+        if path is None and self.resume == "auto" and metrics is not None and self.is_main:
+            kept = set_aside_lost_metrics(Path(metrics))
+            if kept is not None:
+                self.notes.append(
+                    f"the earlier run committed no checkpoint, so this one starts fresh; its "
+                    f"metrics were kept as {kept}"
+                )
+                log.warning(self.notes[-1])
         if path is not None:
             restored = restore(
                 self._parts(), path, allow_precision_change=self.resume_precision_change
@@ -574,6 +600,7 @@ class Trainer:
         _ = self.dist  # join the process group now, before the model is placed or wrapped
         saved_bench = torch.backends.cudnn.benchmark
         torch.backends.cudnn.benchmark = self.cudnn_benchmark
+        self._signals = StopSignals().install() if self.handle_signals else None
         try:
             with self.mp:
                 if self.epochs is not None:  # before the scheduler factory reads it
@@ -605,6 +632,9 @@ class Trainer:
             raise
         finally:
             self._in_loop = False
+            if self._signals is not None:  # the handlers of handle_signals, for fit only
+                self._signals.restore()
+                self._signals = None
             for callback in self.callbacks:
                 callback.close()
             torch.backends.cudnn.benchmark = saved_bench
@@ -620,6 +650,7 @@ class Trainer:
         )
         self._row_start = self.state.step + 1
         batches = self._batches(train_data) if self.state.step < self.max_steps else ()
+        vote = StopVote(self.dist, self.device) if self._signals is not None else None
         self._in_loop = True
         for batch in batches:
             batch = to_device(batch, self.device, self.channels_last)
@@ -639,10 +670,40 @@ class Trainer:
             self._after_step(result, meter, done)
             if done:
                 break
+            if vote is not None and self._signals is not None:
+                stop = vote.cast(self._signals.received)
+                if stop is not None:
+                    self._stop(stop)
+        if vote is not None:
+            vote.drain()  # the last vote in flight: the run is finishing anyway
+        agree_on_end(self.dist, self.state.step)
         self._in_loop = False
         if self._writer is not None:  # commit an asynchronous checkpoint still being written
             self._committed(self._writer.finish(parts))
         return self._result(meter)
+
+    def _stop(self, signum: int) -> None:
+        """Stop on ``signum`` after the step just done: checkpoint it (every rank), raise."""
+        name = signal.Signals(signum).name
+        checkpoint: str | None = None
+        if self.checkpoint_dir is not None:
+            self.save_checkpoint()  # skips a step that already has one
+            if self._writer is not None:  # an asynchronous write: commit it before exiting
+                self._committed(self._writer.finish(self._parts()))
+            checkpoint = str(self.checkpoint_dir / f"step-{self.state.step:08d}")
+            said = f"checkpoint written to {checkpoint}; continue with resume='auto'"
+        else:
+            said = (
+                "no checkpoint was written (no CheckpointConfig), so the steps done are lost; "
+                "pass checkpoint=CheckpointConfig(dir) to keep them"
+            )
+        self.notes.append(f"stopped by {name} at step {self.state.step}")
+        raise TrainingInterrupted(
+            f"training: stopped by {name} at step {self.state.step}; {said}.",
+            step=self.state.step,
+            checkpoint=checkpoint,
+            signal=signum,
+        )
 
     def _after_step(self, result: StepResult, meter: Throughput, done: bool) -> None:
         """Callbacks, the logged row and the checkpoint of one finished optimizer step."""
