@@ -77,7 +77,8 @@ def test_vit_gets_an_image_classification_head_and_benches():
     assert set(batch) == {"pixel_values", "labels"}
     assert batch["pixel_values"].shape == (2, 3, 32, 32) and batch["labels"].shape == (2,)
     assert built.unit == "samples" and built.items_per_step == 2
-    report = run_bench(built, ["bf16"], device="cpu", steps=3, warmup=1, probe_tolerance=100)
+    report = run_bench(built, ["bf16"], device="cpu", steps=3, warmup=1, probe_tolerance=100,
+                       burst_s=None, probe=lambda: 1.0)  # fmt: skip
     fp32, bf16 = (v.losses for v in report.variants)
     assert len(fp32) == 4 and all(0 < loss < 5 for loss in fp32 + bf16)
     assert fp32[0] == pytest.approx(bf16[0], rel=0.05)  # the same weights, the same batch
@@ -174,6 +175,16 @@ def test_left_padding_and_no_padding_are_options():
     assert (full["attention_mask"] == 1).all()
 
 
+@pytest.mark.parametrize("name", ["bart", "t5", "whisper"])
+def test_encoder_decoders_carry_the_decoder_inputs_their_labels_give(name):
+    built = build(name, batch_size=3)
+    model, batch = built.model.eval(), built.example_batch
+    assert "decoder_input_ids" in built.example_inputs  # inference and export need them
+    without = {k: v for k, v in batch.items() if k != "decoder_input_ids"}
+    with torch.no_grad():  # the model derives the same decoder inputs from the labels
+        assert torch.equal(model(**batch).loss, model(**without).loss)
+
+
 @fp16_on_cpu
 @pytest.mark.parametrize("padding", ["right", "left"])
 def test_a_padded_batch_gives_finite_logits_in_low_precision(padding):
@@ -192,6 +203,15 @@ def test_cli_bench_runs_a_vision_name():
     result = CliRunner().invoke(main, [*args, "--device", "cpu", "--batch-size", "2"])
     assert result.exit_code == 0, result.output
     assert "ViTForImageClassification (image classification" in result.output
+
+
+@pytest.mark.slow
+def test_cli_doctor_runs_the_speech_model():
+    args = ["doctor", "--model", f"hf:whisper:tiny,seq_len={SEQ}", "--steps", "1"]
+    result = CliRunner().invoke(main, [*args, "--findings-only"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("ampkit doctor: fp16 on cpu")
+    assert "recommendation:" in result.output
 
 
 # -- the matrix (slow) -------------------------------------------------------------------------

@@ -12,7 +12,8 @@ Example batches hold what a tokenizer or feature extractor gives: text models ge
 half the sequence up, pad positions 0 and holding the pad token; right padding unless the
 ``padding=left`` option asks otherwise), ``token_type_ids`` where the model takes them and the
 config has token types (BERT, RoBERTa, DeBERTa: a second segment in the second half of each
-row), and ``labels`` with ``-100`` at pad positions. Vision models get ``pixel_values`` of the
+row), and ``labels`` with ``-100`` at pad positions; encoder-decoders also get the
+``decoder_input_ids`` the model would derive from the labels. Vision models get ``pixel_values`` of the
 config's image size, Whisper ``input_features`` of ``num_mel_bins x 2 * max_source_positions``.
 Every batch is seeded by the step.
 """
@@ -173,16 +174,32 @@ def _targets(config: Any, shape: BatchShape, generator: torch.Generator) -> torc
     return labels.masked_fill(mask == 0, -100)
 
 
+def _decoder_inputs(config: Any, labels: torch.Tensor) -> torch.Tensor:
+    """The decoder's inputs for ``labels``: shifted right behind the decoder start token, pad
+    where the labels are ``-100`` (what BART, T5 and Whisper derive from labels themselves,
+    and what a seq2seq collator gives; inference and export need them)."""
+    start = _int(config, "decoder_start_token_id", 0)
+    pad = _int(config, "pad_token_id", 0)
+    inputs = torch.cat([torch.full_like(labels[:, :1], start), labels[:, :-1]], dim=1)
+    return inputs.masked_fill(inputs == -100, pad)
+
+
 def _seq2seq(shape: BatchShape, generator: torch.Generator) -> Batch:
     batch = _tokens(shape.config, shape, generator, shape.seq_len)
-    return {**batch, "labels": _targets(shape.config, shape, generator)}
+    labels = _targets(shape.config, shape, generator)
+    return {**batch, "decoder_input_ids": _decoder_inputs(shape.config, labels), "labels": labels}
 
 
 def _speech(shape: BatchShape, generator: torch.Generator) -> Batch:
     config = shape.config
     frames = 2 * int(config.max_source_positions)  # Whisper's two convolutions halve it once
     features = torch.randn(shape.batch_size, int(config.num_mel_bins), frames, generator=generator)
-    return {"input_features": features, "labels": _targets(config, shape, generator)}
+    labels = _targets(config, shape, generator)
+    return {
+        "input_features": features,
+        "decoder_input_ids": _decoder_inputs(config, labels),
+        "labels": labels,
+    }
 
 
 def _pixels(config: Any, shape: BatchShape, generator: torch.Generator) -> torch.Tensor:
