@@ -148,6 +148,14 @@ def test_read_only_and_unknown_settings_are_one_line_errors():
         build_model("hf:llama:tiny,padding=top")
 
 
+def test_options_win_over_tiny_under_either_name_of_a_setting():
+    # GPT-2's num_hidden_layers is n_layer: the option given wins, whichever name it uses
+    assert build_model("hf:gpt2:tiny,n_layer=3").config.n_layer == 3
+    assert build_model("hf:gpt2:tiny,num_hidden_layers=3").config.n_layer == 3
+    medium = build_model("hf:gpt2-medium:tiny").config  # tiny wins over the preset
+    assert (medium.n_layer, medium.n_embd, medium.n_head) == (2, 64, 2)
+
+
 # -- batches as a tokenizer gives them (fast) ------------------------------------------------
 
 

@@ -174,7 +174,8 @@ def _tiny_changes(config: Any) -> dict[str, Any]:
 def _shrunk(config: Any) -> Any:
     """A tiny copy of a sub-config: its own class built from the tiny values (nested
     sub-configs shrunk first)."""
-    kwargs = _tiny_changes(config)
+    aliases = getattr(type(config), "attribute_map", {}) or {}
+    kwargs = {aliases.get(k, k): v for k, v in _tiny_changes(config).items()}
     kwargs.update({k: _shrunk(v) for k, v in sub_configs(config).items()})
     return _clamp_ids(type(config)(**kwargs))
 
@@ -231,11 +232,17 @@ def hf_config(
                 f"{spec!r}: {type(default).__name__}.{key} is read-only (the config derives "
                 "it from other settings). Set those instead."
             )
-    kwargs: dict[str, Any] = dict(preset)
+    aliases = getattr(type(default), "attribute_map", {}) or {}
+
+    def canonical(values: dict[str, Any]) -> dict[str, Any]:
+        # GPT-2's num_hidden_layers is n_layer: one name per setting, so later ones win
+        return {aliases.get(k, k): v for k, v in values.items()}
+
+    kwargs: dict[str, Any] = canonical(preset)
     if tiny:
-        kwargs.update(_tiny_changes(default))
+        kwargs.update(canonical(_tiny_changes(default)))
         kwargs.update({k: _shrunk(v) for k, v in sub_configs(default).items()})
-    kwargs.update(overrides)
+    kwargs.update(canonical(overrides))
     try:
         config = transformers.AutoConfig.for_model(model_type, **kwargs)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:
