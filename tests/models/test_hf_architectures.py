@@ -84,6 +84,18 @@ def test_vit_gets_an_image_classification_head_and_benches():
     assert fp32[0] == pytest.approx(bf16[0], rel=0.05)  # the same weights, the same batch
 
 
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [("swin", "SwinForImageClassification"), ("convnext", "ConvNextForImageClassification")],
+)
+def test_staged_vision_models_get_two_small_stages(name, cls):
+    built = build(name)
+    assert type(built.model).__name__ == cls and list(built.config.depths) == [1, 1]
+    assert built.config.image_size == 32 and built.parameter_count < 100_000
+    loss = built.loss(built.model, built.example_batch)
+    assert torch.isfinite(loss) and loss.dim() == 0
+
+
 def test_whisper_is_the_speech_model_with_both_attention_stacks_shrunk():
     built = build("whisper")
     model, config = built.model, built.config
