@@ -115,7 +115,7 @@ def test_hugging_face_model_by_name_exports_with_fp32_outputs_and_parity(tmp_pat
     data = json.loads(result.stdout)
     assert (
         data["passed"]
-        and data["input_names"] == ["input_ids"]
+        and data["input_names"] == ["input_ids", "attention_mask", "token_type_ids"]
         and data["output_names"] == ["logits"]
     )
     assert 0.45 < data["size_bytes"] / data["fp32_size_bytes"] < 0.65

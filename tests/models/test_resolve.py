@@ -148,7 +148,9 @@ def test_hf_model_types_and_options_build_without_network():
     assert type(built.model).__name__ == "LlamaForCausalLM"
     assert built.model.config.num_hidden_layers == 1 and built.model.config.hidden_size == 64
     batch = built.example_batch
-    assert batch["input_ids"].shape == (2, 8) and torch.equal(batch["labels"], batch["input_ids"])
+    assert batch["input_ids"].shape == (2, 8) and batch["attention_mask"].shape == (2, 8)
+    real = batch["attention_mask"] == 1  # labels are the ids, -100 at pad positions
+    assert torch.equal(batch["labels"], batch["input_ids"].masked_fill(~real, -100))
     assert torch.equal(built.batch(3)["input_ids"], built.batch(3)["input_ids"])
     again = build_model("hf:llama:tiny,seq_len=8,num_hidden_layers=1", batch_size=2)
     assert all(

@@ -16,7 +16,15 @@ import ampkit  # noqa: E402
 from ampkit.models.resolve import build_model  # noqa: E402
 
 
-@pytest.mark.parametrize("spec", ["timm:resnet18", "timm:vit_tiny_patch16_224:img_size=32"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "timm:resnet18",
+        "timm:vit_tiny_patch16_224:img_size=32",
+        pytest.param("timm:convnext_atto", marks=pytest.mark.slow),
+        pytest.param("timm:efficientnet_b0", marks=pytest.mark.slow),
+    ],
+)
 def test_timm_model_trains_in_bf16_and_predicts(spec):
     built = build_model(spec, batch_size=2)
     opt = torch.optim.SGD(built.model.parameters(), lr=0.01)

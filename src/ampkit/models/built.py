@@ -141,6 +141,8 @@ class BuiltModel:
         config: the model's own configuration when it has one (the
             :class:`~ampkit.models.gpt.GPTConfig` of ``gpt``, the transformers config of an
             ``hf:`` model); None otherwise.
+        loss_keys: keys of a dict batch that only ask for the loss (``labels``, a contrastive
+            model's ``return_loss``): :attr:`example_inputs` leaves them out.
 
     Raises:
         ConfigurationError: a field has the wrong type (the message names it).
@@ -157,6 +159,7 @@ class BuiltModel:
     flops_per_step: float | None = None
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer] = field(default=default_optimizer)
     config: Any = None
+    loss_keys: tuple[str, ...] = ("labels",)
 
     def __post_init__(self) -> None:
         problems = [
@@ -174,6 +177,12 @@ class BuiltModel:
                 ("unit", self.unit in UNITS, "'samples' or 'tokens'"),
                 ("batch_size", is_int(self.batch_size, 1), "an integer >= 1"),
                 ("make_optimizer", callable(self.make_optimizer), "a function model -> optimizer"),
+                (
+                    "loss_keys",
+                    isinstance(self.loss_keys, tuple)
+                    and all(isinstance(k, str) for k in self.loss_keys),
+                    "a tuple of strings",
+                ),
             ]
             if not ok
         ]
@@ -191,12 +200,12 @@ class BuiltModel:
     @property
     def example_inputs(self) -> Any:
         """What the model takes at inference on step 0's batch: the inputs of an ``(inputs,
-        targets)`` batch, a dict batch without its ``labels``, else the whole batch."""
+        targets)`` batch, a dict batch without its :attr:`loss_keys`, else the whole batch."""
         batch = self.example_batch
         if self.loss_fn is not None:
             return batch[0]
         if isinstance(batch, dict):
-            return {k: v for k, v in batch.items() if k != "labels"}
+            return {k: v for k, v in batch.items() if k not in self.loss_keys}
         return batch
 
     @property

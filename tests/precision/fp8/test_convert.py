@@ -123,3 +123,43 @@ def test_trainer_leaves_keep_fp32_islands_out_of_the_plan():
     assert {d.name: d.reason for d in trainer.mp.mode.plan.layers}[
         "fc1"
     ] == "kept in fp32 (keep_fp32)"
+
+
+class FalconLike(nn.Linear):
+    """FalconLinear's forward: ``input @ weight.T + bias``, the same function as Linear's."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out = input @ self.weight.T
+        return out if self.bias is None else out + self.bias
+
+
+class Doubled(nn.Linear):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return 2.0 * super().forward(input)
+
+
+class SubclassMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = FalconLike(32, 64)
+        self.fc2 = Doubled(64, 64)
+        self.out = nn.Linear(64, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def test_a_falcon_like_subclass_is_converted_and_an_overriding_one_kept():
+    model = SubclassMLP()
+    x = torch.randn(8, 32)
+    plan = fp8_plan(model, (x, torch.randn(8, 16)), loss_fn=nn.functional.mse_loss,
+                    use_size_prior=False)  # fmt: skip
+    assert plan.selected == ("fc1", "out")
+    (kept,) = [d for d in plan.layers if not d.fp8]
+    assert kept.name == "fc2" and "Doubled overrides forward" in kept.reason
+    weight = model.fc1.weight
+    assert convert_to_fp8(model, plan.selected, "tensorwise", emulate=True) == ["fc1", "out"]
+    assert type(model.fc1).__name__ == "Float8Linear" and model.fc1.weight is weight
+    assert type(model.fc2) is Doubled  # its doubling survives
+    with pytest.raises(ConfigurationError, match="fp8 cannot replace.*fc2: Doubled overrides"):
+        convert_to_fp8(SubclassMLP(), ["fc2"], "tensorwise", emulate=True)

@@ -102,3 +102,70 @@ def test_refusals():
         fp8_plan(model, torch.randn(2, 32), closure=lambda: torch.zeros(()))
     with pytest.raises(ConfigurationError, match="scalar loss that requires grad"):
         fp8_plan(nn.Linear(32, 32), closure=lambda: torch.ones(()))
+
+
+# -- nn.Linear subclasses -------------------------------------------------------------------
+
+
+class MatmulLinear(nn.Linear):
+    """Falcon's FalconLinear: its own forward, the same function as nn.Linear's."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        out = input @ self.weight.T
+        return out if self.bias is None else out + self.bias
+
+
+class TaggedLinear(nn.Linear):
+    """A subclass that keeps nn.Linear's forward."""
+
+
+class ScaledLinear(nn.Linear):
+    """A subclass whose forward is not a plain linear map (a LoRA-style scale)."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return 2.0 * super().forward(input)
+
+
+class Subclasses(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.plain = nn.Linear(32, 32)
+        self.falcon = MatmulLinear(32, 32)
+        self.tagged = TaggedLinear(32, 32, bias=False)
+        self.scaled = ScaledLinear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scaled(self.tagged(self.falcon(self.plain(x)))).pow(2).mean()
+
+
+def test_linear_subclasses_are_planned_and_only_a_different_forward_is_kept():
+    from ampkit.precision.fp8 import linear_kept_reason
+
+    model = Subclasses()
+    assert linear_kept_reason(model.plain) is None
+    assert linear_kept_reason(model.falcon) is None  # probed: computes F.linear
+    assert linear_kept_reason(model.tagged) is None  # Linear's own forward
+    assert "ScaledLinear overrides forward" in linear_kept_reason(model.scaled)
+    plan = fp8_plan(model, torch.randn(4, 32), use_size_prior=False)
+    got = {d.name: (d.fp8, d.reason) for d in plan.layers}
+    assert list(got) == ["plain", "falcon", "tagged", "scaled"]  # every Linear is in the plan
+    assert plan.selected == ("plain", "falcon", "tagged")
+    assert got["scaled"][0] is False
+    assert got["scaled"][1].startswith("kept: ScaledLinear overrides forward: its forward")
+    assert all(d.tokens == 4 for d in plan.layers)  # subclasses are observed too
+    assert "3 of 4 Linear layers in fp8" in plan.to_text()
+
+
+def test_the_probe_of_a_subclass_leaves_the_rng_and_hooks_alone():
+    from ampkit.precision.fp8 import linear_kept_reason
+
+    layer = MatmulLinear(16, 16)
+    calls: list[int] = []
+    layer.register_forward_hook(lambda *args: calls.append(1))
+    state = torch.get_rng_state()
+    assert linear_kept_reason(layer) is None
+    assert torch.equal(torch.get_rng_state(), state) and calls == []
+    extra = MatmulLinear(16, 16)
+    extra.register_parameter("lora", nn.Parameter(torch.zeros(16)))
+    assert "holds more than weight and bias" in linear_kept_reason(extra)
+    assert "not an nn.Linear" in linear_kept_reason(nn.Conv1d(1, 1, 1))

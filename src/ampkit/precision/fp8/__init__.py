@@ -7,7 +7,13 @@
 
 from __future__ import annotations
 
-from ampkit.precision.fp8.convert import RECIPES, convert_to_fp8, float8_config, fp8_layer_names
+from ampkit.precision.fp8.convert import (
+    RECIPES,
+    convert_to_fp8,
+    float8_config,
+    fp8_layer_names,
+    linear_kept_reason,
+)
 from ampkit.precision.fp8.planning import (
     Fp8Plan,
     LayerDecision,
@@ -24,6 +30,7 @@ __all__ = [
     "float8_config",
     "fp8_layer_names",
     "fp8_plan",
+    "linear_kept_reason",
     "predicted_speedup",
     "size_prior",
 ]

@@ -1,7 +1,10 @@
 """``fp8_plan``: which ``nn.Linear`` layers to train in fp8, decided per layer and measured.
 
-For every Linear the plan records its shape at the real batch, then decides in order:
+For every Linear (subclasses included) the plan records its shape at the real batch, then
+decides in order:
 
+0. kind: a subclass whose forward is not Linear's is kept, with the reason
+   (:func:`~ampkit.precision.fp8.convert.linear_kept_reason`);
 1. shape: both dims divisible by 16 (fp8 tensor-core requirement), else no;
 2. numerics: the share of the layer's input (e4m3) and output gradient (e5m2) values that
    underflow or turn subnormal after per-tensor scaling, as the doctor measures it; above
@@ -26,7 +29,7 @@ from torch import nn
 from ampkit._text_table import text_table
 from ampkit.errors import ConfigurationError
 from ampkit.precision.batches import batch_loss
-from ampkit.precision.fp8.convert import RECIPES
+from ampkit.precision.fp8.convert import RECIPES, linear_kept_reason
 from ampkit.precision.stats import RangeStats, format_limits
 
 __all__ = ["Fp8Plan", "LayerDecision", "fp8_plan", "predicted_speedup", "size_prior"]
@@ -100,7 +103,8 @@ class Fp8Plan:
 
     Attributes:
         recipe: the torchao recipe the plan was made for.
-        layers: one :class:`LayerDecision` per ``nn.Linear``, in model order.
+        layers: one :class:`LayerDecision` per ``nn.Linear`` (subclasses included), in model
+            order.
         measured: whether speed-ups were measured (CUDA) rather than taken from the prior.
     """
 
@@ -204,7 +208,7 @@ def _observe(
         return forward
 
     for name, module in model.named_modules():
-        if type(module) is nn.Linear:
+        if isinstance(module, nn.Linear):
             handles.append(module.register_forward_hook(hook(name)))
     params = list(model.parameters())
     saved = [p.grad for p in params]
@@ -246,7 +250,7 @@ def fp8_plan(
     min_speedup: float = 1.0,
     use_size_prior: bool = True,
 ) -> Fp8Plan:
-    """Decide, per ``nn.Linear`` of ``model``, whether to train it in fp8 (module doc: rules).
+    """Decide, per ``nn.Linear`` of ``model`` (subclasses included), whether to train it in fp8 (module doc: rules).
 
     Args:
         model: the fp32 model, not yet converted or wrapped.
@@ -289,15 +293,18 @@ def fp8_plan(
     timings: dict[tuple[int, int, int], float] = {}
     decisions = []
     for name, module in model.named_modules():
-        if type(module) is not nn.Linear:
+        if not isinstance(module, nn.Linear):
             continue
+        kept = linear_kept_reason(module)
         k, n = module.in_features, module.out_features
         tokens, inputs, grads = seen.get(name, (None, None, None))
         input_lost = _lost(inputs, "fp8_e4m3") if inputs is not None else None
         grad_lost = _lost(grads, "fp8_e5m2") if grads is not None else None
         predicted = predicted_speedup(tokens, k, n) if tokens else None
         measured = None
-        if k % 16 or n % 16:
+        if kept is not None:
+            fp8, reason = False, f"kept: {kept}"
+        elif k % 16 or n % 16:
             fp8, reason = False, f"K={k} or N={n} not divisible by 16"
         elif max(input_lost or 0.0, grad_lost or 0.0) > max_lost:
             worst = max(input_lost or 0.0, grad_lost or 0.0)
