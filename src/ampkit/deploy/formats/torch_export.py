@@ -99,10 +99,11 @@ class TorchExportFormat(ExportFormat):
         batches: Sequence[Sequence[Any]],
         reference: list[list[np.ndarray]],
         tolerance: Tolerance,
+        compared: Sequence[Sequence[np.ndarray | None]] | None = None,
     ) -> tuple[tuple[ParityReport, ...], list[str]]:
         """``torch.export.load`` of the saved bytes, on every batch."""
         from ampkit.deploy.parity import compare
         from ampkit.deploy.runtime import run_program
 
         actual, runtime, notes = run_program(data, batches)
-        return (compare(output_names, reference, actual, tolerance, runtime, notes),), []
+        return (compare(output_names, reference, actual, tolerance, runtime, notes, compared),), []
