@@ -188,9 +188,8 @@ def saturate_constants(model: Any, precision: str, fp32_nodes: set[str]) -> tupl
     exists in both formats and is what the model wrote).
     """
     onnx = require("onnx")
-    from onnx import numpy_helper
-
     import numpy as np
+    from onnx import numpy_helper
 
     largest = _LARGEST[precision]
     low_readers = {name for n in model.graph.node if n.name not in fp32_nodes for name in n.input}

@@ -64,12 +64,11 @@ class OnnxFormat(ExportFormat):
                 "left fp32 (graph outputs also read inside the graph)"
             )
         if lowering.missing_modules:
-            from ampkit.deploy.exporter import listed
-
             missing = [repr(m) for m in lowering.missing_modules]
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             notes.append(
                 f"{len(missing)} keep_fp32 name(s) match no node of the graph and were not "
-                f"kept: {listed(missing)} (modules that compute nothing, such as Dropout or "
+                f"kept: {', '.join(missing[:5])}{more} (modules that compute nothing, such as Dropout or "
                 "Identity in eval mode, whose ops the exporter folded into a neighbour, or "
                 "names that are not module paths of the model)"
             )
