@@ -15,12 +15,16 @@ A node stays fp32 for one of three reasons, recorded per node in :attr:`Lowering
 fp16 goes through ``onnxconverter_common.float16.convert_float_to_float16`` (maintained, and it
 handles subgraphs and value infos) with the fp32 list as its node block-list and fp16's real
 limits (65504 and 2**-24) instead of its defaults (1e4 and 1e-7), which would clip legitimate
-weights; each constant it still clips (a ``-3.4e38`` attention mask becomes ``-65504``) is
-reported. One repair follows it, our own: the converter keeps a graph output fp32 under
-``keep_io_types`` even when nodes inside the graph read that value too (T5's
-``encoder_last_hidden_state`` feeds every cross-attention), leaving fp16 x fp32 ``MatMul``s
-that ONNX Runtime refuses; :func:`_repair_fp16_inputs` casts such inputs to fp16 and the
-result says how many. bf16 goes through :mod:`ampkit.deploy.bf16_graph` (no library converts
+weights. Before it, :func:`saturate_constants` brings the constants beyond the format's range
+(attention-mask fills, ``torch.finfo(torch.float32).min``) to half its largest value, so that
+masked rows stay finite; each constant the converter still clips is reported. Two repairs
+follow it, our own: :func:`_reconcile_fp16_types` makes every node produce the dtype the
+converter declared for its outputs (it relabels ``Cast(to=FLOAT)`` outputs fp16 without
+changing ``to``); and the converter keeps a graph output fp32 under ``keep_io_types`` even
+when nodes inside the graph read that value too (T5's ``encoder_last_hidden_state`` feeds
+every cross-attention), leaving fp16 x fp32 ``MatMul``s that ONNX Runtime refuses, so
+:func:`_repair_fp16_inputs` casts such inputs to fp16. The result says how many of each.
+bf16 gets the same constants treatment. bf16 goes through :mod:`ampkit.deploy.bf16_graph` (no library converts
 to bf16).
 """
 
