@@ -109,3 +109,19 @@ def test_cast_whose_output_is_declared_in_another_dtype_is_found_with_its_module
     message = str(caught.value)
     assert "node 'mask_cast' (Cast) in module 'backbone.mixer': output m is float32" in message
     assert "keep_fp32=['backbone.mixer', 'backbone']" in message
+
+
+def test_a_node_without_scopes_takes_the_module_of_its_producer():
+    from ampkit.deploy.scopes import module_of
+
+    model = _model(
+        [
+            _scoped(helper.make_node("Relu", ["x"], ["h"], name="act"), "encoder", "encoder.0"),
+            helper.make_node("Cast", ["h"], ["y"], name="inserted_cast", to=TensorProto.FLOAT16),
+        ],
+        [_info("x", TensorProto.FLOAT)],
+        [_info("y", TensorProto.FLOAT16)],
+    )
+    assert module_of(model, "act") == "encoder.0"
+    assert module_of(model, "inserted_cast") == "encoder.0"  # a converter's cast: no metadata
+    assert module_of(model, "no_such_node") == ""
