@@ -85,6 +85,11 @@ def build(name: str) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
         inputs["pixel_values"] = torch.randn(
             2, 3, 32, 32, generator=torch.Generator().manual_seed(2)
         )
+    elif name == "qwen2_moe":
+        model = T.Qwen2MoeForCausalLM(T.Qwen2MoeConfig(
+            **decoder, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=32,
+        ))  # fmt: skip
     elif name == "mixtral":
         model = T.MixtralForCausalLM(T.MixtralConfig(
             **decoder, num_local_experts=4, num_experts_per_tok=2
@@ -128,8 +133,9 @@ def test_hugging_face_architectures_export_with_a_padded_mask(tmp_path, name, pr
 
 
 @pytest.mark.slow
-def test_grouped_moe_matmul_keeps_its_one_line_error(tmp_path):
-    model, inputs = build("mixtral")
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe"])
+def test_grouped_moe_matmul_keeps_its_one_line_error(tmp_path, name):
+    model, inputs = build(name)
     with pytest.raises(ExportError, match=r"has no ONNX translation") as caught:
         ampkit.export(model, inputs, tmp_path / "moe.onnx", keep_fp32=[])
     assert "\n" not in str(caught.value) and "grouped_mm" in str(caught.value)
@@ -170,3 +176,31 @@ def test_keep_fp32_names_matching_no_node_are_one_note_and_not_reported_kept(tmp
     (note,) = [n for n in result.notes if "keep_fp32" in n]
     assert note.startswith("2 keep_fp32 name(s) match no node of the graph and were not kept: "
                            "'dropout', 'blocks.3'")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_dtype_check_names_the_module_before_onnx_runtime_refuses_the_graph():
+    # Mamba with a mask, through the fp16 converter alone (no repair): the check finds the
+    # relabelled Cast and names its module, which is what ONNX Runtime then refuses
+    import onnxruntime as ort
+
+    from ampkit.deploy.capture import capture, to_onnx
+    from ampkit.deploy.dtypes import check_dtypes, validate_dtypes
+    from ampkit.deploy.lowering import _fp16, plan_fp32_nodes
+    from ampkit.deploy.signature import FlatModel, flatten_outputs
+
+    model, inputs = build("mamba")
+    signature = resolve_signature(model, inputs)
+    with torch.no_grad():
+        names = [n for n, _ in flatten_outputs(model(**inputs))]
+    proto = to_onnx(capture(FlatModel(model, signature), signature.inputs), signature.names, names)
+    plan, _ = plan_fp32_nodes(proto, [])
+    converted, _ = _fp16(proto, set(plan), keep_io_types=True)
+    problems = check_dtypes(converted)
+    casts = [p for p in problems if p.op_type == "Cast" and p.outputs]
+    assert casts and casts[0].outputs[0][1:] == ("float32", "float16")
+    assert casts[0].module == "backbone.layers.0.mixer"
+    with pytest.raises(ExportError, match=r"keep_fp32=\['backbone\.layers\.0\.mixer'"):
+        validate_dtypes(converted)
+    with pytest.raises(Exception, match="does not match expected type"):
+        ort.InferenceSession(converted.SerializeToString(), providers=["CPUExecutionProvider"])
