@@ -85,3 +85,21 @@ class BakedBatch(nn.Module):
 def baked_batch() -> tuple[nn.Module, tuple[torch.Tensor]]:
     """``view(2, -1)`` specialises the batch dimension to 2."""
     return BakedBatch(), (torch.rand(2, 3),)
+
+
+def padded_bert() -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """A small random BERT masked LM on a tokenizer-like batch: one full row, one right-padded
+    and one left-padded (pad id 0), with ``token_type_ids``."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+        vocab_size=100, max_position_embeddings=32,
+    )  # fmt: skip
+    ids = torch.randint(3, 100, (3, 10), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    mask[2, :3] = 0
+    inputs = {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": 0 * ids}
+    return transformers.BertForMaskedLM(config), inputs

@@ -72,3 +72,56 @@ def test_custom_op_with_mixed_float_inputs_is_named():
     )
     problems = check_dtypes(model)
     assert [(p.node, p.op_type) for p in problems] == [("my_gelu", "com.example.FusedGelu")]
+
+
+def _scoped(node, *modules):
+    """Give ``node`` the module path metadata torch's exporter writes."""
+    scopes = ["", "model", *(f"model.{m}" for m in modules), node.name]
+    node.metadata_props.add(key="pkg.torch.onnx.name_scopes", value=repr(scopes))
+    return node
+
+
+def test_cast_whose_output_is_declared_in_another_dtype_is_found_with_its_module():
+    # what the fp16 converter made of Mamba's mask: Cast(to=FLOAT) with its output relabelled
+    # fp16, so the declarations agree and the computation does not (ONNX Runtime refuses it)
+    model = _model(
+        [
+            _scoped(
+                helper.make_node("Cast", ["mask"], ["m"], name="mask_cast", to=TensorProto.FLOAT),
+                "backbone",
+                "backbone.mixer",
+            ),  # fmt: skip
+            _scoped(helper.make_node("Mul", ["x", "m"], ["y"], name="masked"), "backbone"),
+        ],
+        [_info("x", TensorProto.FLOAT16), _info("mask", TensorProto.INT64)],
+        [_info("y", TensorProto.FLOAT16)],
+    )
+    model.graph.value_info.append(_info("m", TensorProto.FLOAT16))
+    problems = check_dtypes(model)
+    assert [(p.node, p.module) for p in problems] == [
+        ("mask_cast", "backbone.mixer"),  # declared fp16, makes fp32
+        ("masked", "backbone"),  # so Mul gets fp16 and fp32
+    ]
+    assert problems[0].outputs == (("m", "float32", "float16"),)
+    assert dict(problems[1].inputs) == {"x": "float16", "m": "float32"}
+    with pytest.raises(ExportError) as caught:
+        validate_dtypes(model)
+    message = str(caught.value)
+    assert "node 'mask_cast' (Cast) in module 'backbone.mixer': output m is float32" in message
+    assert "keep_fp32=['backbone.mixer', 'backbone']" in message
+
+
+def test_a_node_without_scopes_takes_the_module_of_its_producer():
+    from ampkit.deploy.scopes import module_of
+
+    model = _model(
+        [
+            _scoped(helper.make_node("Relu", ["x"], ["h"], name="act"), "encoder", "encoder.0"),
+            helper.make_node("Cast", ["h"], ["y"], name="inserted_cast", to=TensorProto.FLOAT16),
+        ],
+        [_info("x", TensorProto.FLOAT)],
+        [_info("y", TensorProto.FLOAT16)],
+    )
+    assert module_of(model, "act") == "encoder.0"
+    assert module_of(model, "inserted_cast") == "encoder.0"  # a converter's cast: no metadata
+    assert module_of(model, "no_such_node") == ""

@@ -133,3 +133,21 @@ def test_weights_file_that_is_not_safetensors_is_one_line(tmp_path):
     assert result.exit_code == 1
     assert f"{bad} is not a readable safetensors file" in _one_error_line(result)
     assert not out.exists()
+
+
+def test_a_factory_with_a_padded_mask_exports_and_leaves_the_pads_out_of_parity(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "bert.onnx"
+    result = _run("--model", "deploy_models:padded_bert", "--out", str(out), "--batches", "1",
+                  "--keep-fp32", "bert.embeddings.dropout", "--json", "-")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] and out.is_file()
+    assert data["input_names"] == ["input_ids", "attention_mask", "token_type_ids"]
+    (logits,) = data["parity"][0]["outputs"]
+    assert (logits["compared"], logits["positions"]) == (2 * 23, 2 * 30) and logits[
+        "nonfinite"
+    ] == 0
+    assert data["keep_fp32"] == {}  # Dropout computes nothing in eval mode: no node, one note
+    assert "14 of 60 positions are padding" in result.stderr
+    assert "1 keep_fp32 name(s) match no node of the graph" in result.stderr

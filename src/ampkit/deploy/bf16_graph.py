@@ -186,7 +186,9 @@ def convert_to_bf16(
         nodes.append(node)
     for original, internal in renamed.items():
         nodes.append(
-            helper.make_node("Cast", [internal], [original], f"{original}_cast_fp32", to=_FP32)
+            helper.make_node(  # not ``{name}_cast_fp32``: an fp32 reader's cast has that name
+                "Cast", [internal], [original], f"{original}_output_cast_fp32", to=_FP32
+            )
         )
     del graph.node[:]
     graph.node.extend(nodes)

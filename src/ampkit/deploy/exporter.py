@@ -45,6 +45,7 @@ from ampkit.deploy.result import ExportResult
 from ampkit.deploy.signature import (
     FlatModel,
     flatten_outputs,
+    padding_positions,
     random_batches,
     resolve_signature,
 )
@@ -113,6 +114,20 @@ def _check_finite(model: nn.Module, path: str | os.PathLike) -> None:
             f"nothing was written to {path}. Export finite weights: an earlier checkpoint of "
             "the run, or retrain from where it diverged."
         )
+
+
+def _advice(precision: str) -> str:
+    """What to do after a failed parity check, for what was asked."""
+    if precision == "fp32":
+        return (
+            "The fp32 graph itself disagrees with the model: the exporter changed the "
+            "computation. Report it with the model; meanwhile try format='torch-export'."
+        )
+    other = "bf16 or fp32" if precision == "fp16" else "fp32"
+    return (
+        "Keep the failing modules in fp32 (keep_fp32=[module names]; keep_fp32=None asks "
+        f"the doctor which), or export in {other}."
+    )
 
 
 def _reference(
@@ -230,8 +245,18 @@ def export(
         )
         data = converted.data
         notes += converted.notes
+        kept = {name: why for name, why in kept.items() if name not in converted.unmatched}
+        for module in converted.unmatched:  # the doctor's notes say kept; the graph has no node
+            notes = [
+                n.replace(f"(kept {module} in fp32)", f"({module} has no node in the graph)")
+                for n in notes
+            ]
         parity: tuple[ParityReport, ...] = ()
         if check:
+            compared = [
+                padding_positions(signature.names, batch, output_names, outputs)
+                for batch, outputs in zip(batches, reference, strict=True)
+            ]
             parity, parity_notes = exporter.run_parity(
                 data,
                 precision,
@@ -240,6 +265,7 @@ def export(
                 batches,
                 reference,
                 tolerance or TOLERANCES[precision],
+                compared=compared,
                 progress=progress,
             )
             notes += parity_notes
@@ -273,12 +299,16 @@ def export(
                 "(ampkit.detect_nonfinite(model) names the first module that makes one).",
                 result=replace(result, path=None),
             )
+        first: dict[str, tuple[str, ...]] = {}  # each output's failures on its first runtime
+        for report in failed:
+            for o in report.outputs:
+                if o.failures and o.name not in first:
+                    first[o.name] = o.failures
+        why = "; ".join(f"{name}: {', '.join(f)}" for name, f in first.items())
         raise ParityError(
             f"export: parity check failed for output(s) {', '.join(names)} on "
-            f"{' and '.join(r.runtime for r in failed)} (non-finite values, max rel above "
-            f"{failed[0].tolerance.rel:g} or top-1 below {failed[0].tolerance.top1:.0%}); "
-            f"nothing was written to {target}. Keep the failing modules in fp32 "
-            "(keep_fp32=[...]) or export in bf16/fp32.",
+            f"{' and '.join(r.runtime for r in failed)} ({why}); nothing was written to "
+            f"{target}. {_advice(precision)}",
             result=replace(result, path=None),
         )
     write_target(target, data)

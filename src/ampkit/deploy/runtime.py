@@ -33,6 +33,17 @@ def _feeds(session_inputs: Sequence[str], names: Sequence[str], batch: Sequence[
     return {name: values[name] for name in session_inputs if name in values}
 
 
+def _module_of_node(model_bytes: bytes, node: str) -> str:
+    """The module the node ``node`` came from (``''`` when the graph does not say)."""
+    from ampkit.deploy.scopes import module_of
+
+    onnx = require("onnx")
+    try:
+        return module_of(onnx.load_from_string(model_bytes), node)
+    except Exception:  # a graph the runtime refused may not even parse; the node name stays
+        return ""
+
+
 def run_onnx(
     model_bytes: bytes,
     input_names: Sequence[str],
@@ -72,9 +83,16 @@ def run_onnx(
             )
             return outputs, runtime, [why]
         where = f" at node {node.group(1)!r}" if node else ""
+        module = _module_of_node(model_bytes, node.group(1)) if node else ""
+        fix = (
+            f"Keep its module in fp32 (keep_fp32=[{module!r}])"
+            if module
+            else "Keep the module of that op in fp32 (keep_fp32=[...])"
+        )
+        where += f" (module {module!r})" if module else ""
         raise ExportError(
             f"export: onnxruntime refused the exported graph{where}: {text.splitlines()[0]}. "
-            "Keep that op in fp32 (keep_fp32=[...]) or export in fp32."
+            f"{fix} or export in fp32."
         ) from exc
     names = [i.name for i in session.get_inputs()]
     outputs = []

@@ -19,7 +19,15 @@ from torch import nn
 
 from ampkit.errors import ConfigurationError
 
-__all__ = ["FlatModel", "Signature", "flatten_outputs", "random_batches", "resolve_signature"]
+__all__ = [
+    "FlatModel",
+    "Signature",
+    "flatten_outputs",
+    "is_mask_name",
+    "padding_positions",
+    "random_batches",
+    "resolve_signature",
+]
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,8 @@ def resolve_signature(model: nn.Module, example_inputs: Any) -> Signature:
                 f"example_inputs: {name!r} is a {type(value).__name__}, not a tensor. Exported "
                 "models take tensors only; bind other arguments in a wrapper module."
             )
+    for name, value in zip(names, flat, strict=True):
+        _check_mask(name, value)
     return Signature(
         positional=len(args),
         keywords=tuple(str(k) for k in kwargs),
@@ -136,28 +146,105 @@ class FlatModel(nn.Module):
         return tuple(t for _, t in flatten_outputs(self.model(*args, **kwargs)))
 
 
+def is_mask_name(name: str) -> bool:
+    """Whether an input of this name is a padding mask (``attention_mask``,
+    ``decoder_attention_mask``, ...): 1 at real tokens, 0 at padding."""
+    return name.endswith("attention_mask")
+
+
+def _check_mask(name: str, value: torch.Tensor) -> None:
+    """Refuse an integer padding mask holding other values than 0 and 1."""
+    if not is_mask_name(name) or value.is_floating_point() or value.dtype == torch.bool:
+        return
+    if value.numel() and not bool(((value == 0) | (value == 1)).all()):
+        seen = sorted({int(v) for v in value.unique()[:6]})
+        raise ConfigurationError(
+            f"example_inputs: {name!r} holds values {seen} but a padding mask is 1 at tokens "
+            "and 0 at padding (as tokenizers return it). Pass the tokenizer's mask; an "
+            "additive float mask is passed as a floating-point tensor."
+        )
+
+
+def _copied(name: str, t: torch.Tensor) -> bool:
+    return (
+        is_mask_name(name)
+        or name == "position_ids"
+        or t.dtype == torch.bool
+        or t.numel() == 0
+        or (not t.is_floating_point() and int(t.min()) == int(t.max()))
+    )
+
+
 def random_batches(
     signature: Signature, count: int, seed: int = 0
 ) -> list[tuple[torch.Tensor, ...]]:
     """``count`` batches shaped like the example inputs, drawn to look like them.
 
     Floating inputs are normal with the example's mean and standard deviation; integer inputs
-    (token ids, labels) are uniform over the example's ``[min, max]``; boolean inputs and
-    constant integer inputs (attention masks of ones) are copied.
+    (token ids, labels) are uniform over the example's ``[min, max]``; padding masks
+    (``*attention_mask``), ``position_ids``, boolean inputs and constant integer inputs are
+    copied, so the padding of the examples is the padding of every batch. Where a padding mask
+    is 0, integer inputs of its shape keep the example's values (the pad tokens): a model that
+    reads the ids (CLIP pools at the largest id) then reads them where the examples have them.
     """
     generator = torch.Generator().manual_seed(seed)
+    masks = [
+        t != 0
+        for n, t in zip(signature.names, signature.inputs, strict=True)
+        if is_mask_name(n) and not t.is_floating_point()
+    ]
     batches = []
     for _ in range(count):
         batch = []
-        for t in signature.inputs:
-            if t.is_floating_point():
+        for name, t in zip(signature.names, signature.inputs, strict=True):
+            if _copied(name, t):
+                batch.append(t.clone())
+            elif t.is_floating_point():
                 std = float(t.float().std()) if t.numel() > 1 else 1.0
                 noise = torch.randn(t.shape, generator=generator)
                 batch.append((noise * std + float(t.float().mean())).to(t.dtype))
-            elif t.dtype == torch.bool or t.numel() == 0 or int(t.min()) == int(t.max()):
-                batch.append(t.clone())
             else:
                 low, high = int(t.min()), int(t.max())
-                batch.append(torch.randint(low, high + 1, t.shape, generator=generator).to(t.dtype))
+                drawn = torch.randint(low, high + 1, t.shape, generator=generator).to(t.dtype)
+                for mask in masks:
+                    if mask.shape == t.shape:
+                        drawn = torch.where(mask, drawn, t)
+                batch.append(drawn)
         batches.append(tuple(batch))
     return batches
+
+
+def padding_positions(
+    input_names: Sequence[str],
+    batch: Sequence[torch.Tensor],
+    output_names: Sequence[str],
+    outputs: Sequence[Any],
+) -> list[Any]:
+    """Per output, a boolean array over its leading dimensions that is False at padding, or
+    None (every position compared), for the parity check.
+
+    A padding mask (``*attention_mask``, integer or boolean, 2-D) applies to the outputs whose
+    first two dimensions are its shape. With a decoder (an input ``decoder_input_ids`` or
+    ``decoder_attention_mask``) ``attention_mask`` is the encoder's: it applies to outputs named
+    ``encoder*`` only, and ``decoder_attention_mask`` to the others.
+    """
+    masks = {
+        name: t.numpy() != 0
+        for name, t in zip(input_names, batch, strict=True)
+        if is_mask_name(name) and not t.is_floating_point() and t.dim() == 2
+    }
+    decoder = any(n.startswith("decoder_") for n in input_names)
+    found: list[Any] = []
+    for name, output in zip(output_names, outputs, strict=True):
+        shape = tuple(getattr(output, "shape", ()))
+        chosen = None
+        for mask_name, mask in masks.items():
+            if decoder:
+                encoder_side = name.split(".")[-1].startswith("encoder")
+                if (mask_name == "attention_mask") != encoder_side:
+                    continue
+            if len(shape) >= 3 and shape[:2] == mask.shape:
+                chosen = mask
+                break
+        found.append(chosen)
+    return found

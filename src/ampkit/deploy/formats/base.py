@@ -35,12 +35,15 @@ class Converted:
         fp32_size: size of the same model exported in fp32, when the format knows it (else None).
         fp32_nodes: graph nodes kept in fp32 by reason (formats without such a graph: empty).
         notes: what the conversion changed or could not do, one sentence each.
+        unmatched: ``keep_fp32`` names that match nothing the format can keep in fp32 (no
+            node of the graph); they are not reported as kept.
     """
 
     data: bytes
     fp32_size: int | None = None
     fp32_nodes: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()
 
 
 class ExportFormat:
@@ -85,12 +88,16 @@ class ExportFormat:
         batches: Sequence[Sequence[Any]],
         reference: list[list[np.ndarray]],
         tolerance: Tolerance,
+        compared: Sequence[Sequence[np.ndarray | None]] | None = None,
         *,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> tuple[tuple[ParityReport, ...], list[str]]:
         """Run the serialized ``data`` on ``batches`` and compare it with the fp32
-        ``reference``: one parity report per runtime, and notes. ``progress("parity
-        batches", done, total)`` is called after each batch the runtime ran.
+        ``reference``: one parity report per runtime, and notes. ``compared`` (per batch and
+        output; None: everything) marks the positions that are not padding
+        (:func:`~ampkit.deploy.signature.padding_positions`), passed on to
+        :func:`~ampkit.deploy.parity.compare`. ``progress("parity batches", done, total)`` is
+        called after each batch the runtime ran.
 
         Raises:
             MissingDependencyError: the runtime is not installed.

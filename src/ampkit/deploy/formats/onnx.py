@@ -47,21 +47,37 @@ class OnnxFormat(ExportFormat):
         lowering = lower(proto, precision, keep_fp32, keep_io_types)
         validate_dtypes(lowering.model)
         notes = [f"constant clipped to the fp16 range: {c}" for c in lowering.clipped]
+        if lowering.saturated:
+            notes.append(
+                f"out-of-range constants (attention-mask fills) brought to half the {precision} "
+                f"range, so masked rows stay finite: {', '.join(lowering.saturated)}"
+            )
+        if lowering.relabelled:
+            notes.append(
+                f"{lowering.relabelled} node output(s) made fp16 where the fp16 converter "
+                "declared fp16 but left the node producing fp32 (Cast(to=FLOAT), readers of "
+                "fp32 graph outputs)"
+            )
         if lowering.repaired:
             notes.append(
                 f"cast {lowering.repaired} fp32 input(s) of fp16 nodes that the fp16 converter "
                 "left fp32 (graph outputs also read inside the graph)"
             )
         if lowering.missing_modules:
+            missing = [repr(m) for m in lowering.missing_modules]
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
             notes.append(
-                "keep_fp32 names matched no node of the graph: "
-                f"{', '.join(lowering.missing_modules)}"
+                f"{len(missing)} keep_fp32 name(s) match no node of the graph and were not "
+                f"kept: {', '.join(missing[:5])}{more} (modules that compute nothing, such as Dropout or "
+                "Identity in eval mode, whose ops the exporter folded into a neighbour, or "
+                "names that are not module paths of the model)"
             )
         return Converted(
             data=lowering.model.SerializeToString(),
             fp32_size=lowering.fp32_size,
             fp32_nodes=lowering.fp32_nodes,
             notes=tuple(notes),
+            unmatched=lowering.missing_modules,
         )
 
     def run_parity(
@@ -73,6 +89,7 @@ class OnnxFormat(ExportFormat):
         batches: Sequence[Sequence[Any]],
         reference: list[list[np.ndarray]],
         tolerance: Tolerance,
+        compared: Sequence[Sequence[np.ndarray | None]] | None = None,
         *,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> tuple[tuple[ParityReport, ...], list[str]]:
@@ -87,7 +104,7 @@ class OnnxFormat(ExportFormat):
         actual, runtime, notes = run_onnx(
             data, input_names, batches, precision == "bf16", progress=progress
         )
-        reports = [compare(output_names, reference, actual, tolerance, runtime, notes)]
+        reports = [compare(output_names, reference, actual, tolerance, runtime, notes, compared)]
         if precision == "fp16":
             try:
                 actual, runtime, _ = run_reference(data, input_names, batches[:1])
@@ -101,5 +118,8 @@ class OnnxFormat(ExportFormat):
                 "provider runs fp16 nodes without CPU kernels in fp32, so an fp16 overflow "
                 "shows only here"
             )
-            reports.append(compare(output_names, reference[:1], actual, tolerance, runtime, [why]))
+            first = None if compared is None else compared[:1]
+            reports.append(
+                compare(output_names, reference[:1], actual, tolerance, runtime, [why], first)
+            )
         return tuple(reports), []

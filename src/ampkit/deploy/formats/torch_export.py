@@ -99,6 +99,7 @@ class TorchExportFormat(ExportFormat):
         batches: Sequence[Sequence[Any]],
         reference: list[list[np.ndarray]],
         tolerance: Tolerance,
+        compared: Sequence[Sequence[np.ndarray | None]] | None = None,
         *,
         progress: Callable[[str, int, int], None] | None = None,
     ) -> tuple[tuple[ParityReport, ...], list[str]]:
@@ -107,4 +108,4 @@ class TorchExportFormat(ExportFormat):
         from ampkit.deploy.runtime import run_program
 
         actual, runtime, notes = run_program(data, batches, progress=progress)
-        return (compare(output_names, reference, actual, tolerance, runtime, notes),), []
+        return (compare(output_names, reference, actual, tolerance, runtime, notes, compared),), []
