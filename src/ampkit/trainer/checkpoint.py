@@ -34,6 +34,7 @@ from ampkit.checkpoint.rng import get_rng_state, set_rng_state
 from ampkit.errors import CheckpointError, ConfigurationError
 from ampkit.precision.engine import MixedPrecision
 from ampkit.trainer.distributed import DistContext
+from ampkit.trainer.parallel import is_sharded
 from ampkit.trainer.reshard import data_position, reshard_counters
 from ampkit.trainer.state import TrainerState
 
@@ -106,9 +107,10 @@ def _full_options(**kwargs: Any) -> Any:
 
 
 def full_weights(parts: TrainingParts) -> dict[str, torch.Tensor]:
-    """The model's full (unsharded) weights in fp32 on the CPU. Collective under FSDP2, where
-    only rank 0 receives them (the other ranks get an empty dict)."""
-    if parts.sharded:
+    """The model's full (unsharded) weights in fp32 on the CPU. Collective under FSDP2 (over
+    any mesh, also one the caller built), where only rank 0 receives them (the other ranks get
+    an empty dict)."""
+    if parts.sharded or is_sharded(parts.model):  # DTensors: gathered, never read one by one
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         weights = cast(

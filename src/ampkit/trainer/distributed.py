@@ -17,7 +17,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,8 +28,10 @@ from torch import nn
 from ampkit.errors import ConfigurationError
 from ampkit.precision import devices
 from ampkit.precision.policy import Policy
+from ampkit.trainer import parallel
 
 __all__ = [
+    "SHARDED_STRATEGIES",
     "STRATEGIES",
     "DistContext",
     "Strategy",
@@ -41,9 +43,11 @@ __all__ = [
     "wrap_model",
 ]
 
-Strategy = Literal["auto", "none", "ddp", "fsdp"]
+Strategy = Literal["auto", "none", "ddp", "fsdp", "hsdp"]
 #: The values ``strategy`` accepts, in the order error messages list them.
-STRATEGIES: tuple[str, ...] = ("auto", "ddp", "fsdp", "none")
+STRATEGIES: tuple[str, ...] = ("auto", "ddp", "fsdp", "hsdp", "none")
+#: The strategies that shard the model with FSDP2 (``hsdp``: over a 2-D mesh).
+SHARDED_STRATEGIES: tuple[str, ...] = ("fsdp", "hsdp")
 
 
 @dataclass(frozen=True)
@@ -192,30 +196,51 @@ def fsdp_mixed_precision(policy: Policy):  # -> torch.distributed.fsdp.MixedPrec
     return MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
 
 
-def wrap_model(model: nn.Module, strategy: Strategy, ctx: DistContext, policy: Policy) -> nn.Module:
+def wrap_model(
+    model: nn.Module,
+    strategy: Strategy,
+    ctx: DistContext,
+    policy: Policy,
+    *,
+    activation_checkpointing: Sequence[str | type[nn.Module]] = (),
+    hsdp_shard_size: int | None = None,
+    cpu_offload: bool = False,
+) -> nn.Module:
     """Wrap ``model`` for data parallelism; the model must already be on its device.
 
     ``ddp``: ``DistributedDataParallel``. ``fsdp``: FSDP2 ``fully_shard`` on each block of the
     model's ``nn.ModuleList``s (transformer layers), then on the root, with
-    :func:`fsdp_mixed_precision`. ``none`` or a
-    single process: the model unchanged.
+    :func:`fsdp_mixed_precision`; ``hsdp``: the same over a 2-D mesh (replicate x shard,
+    :func:`~ampkit.trainer.parallel.hsdp_mesh`). ``cpu_offload``: FSDP2's CPU offload policy.
+    ``none`` or a single process: the model unchanged. ``activation_checkpointing`` applies to
+    every strategy, before any wrapping (:mod:`ampkit.trainer.parallel`). A model the caller
+    already sharded with ``fully_shard`` (DTensor parameters) is not wrapped again.
     """
-    if strategy == "none" or not ctx.distributed:
+    if activation_checkpointing:
+        parallel.apply_activation_checkpointing(model, activation_checkpointing)
+    if strategy == "none" or not ctx.distributed or parallel.is_sharded(model):
         return model
     if strategy in ("auto", "ddp"):
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = devices.ddp_device_ids(policy.device, ctx.local_rank)
         return DistributedDataParallel(model, device_ids=device_ids)
-    if strategy == "fsdp":
+    if strategy in SHARDED_STRATEGIES:
         fully_shard, _ = fsdp2_api()
         mp_policy = fsdp_mixed_precision(policy)
+        options = parallel.fsdp_options(
+            strategy,
+            policy.device.type,
+            ctx.world_size,
+            hsdp_shard_size=hsdp_shard_size,
+            cpu_offload=cpu_offload,
+        )
         for child in model.modules():
             if child is not model and isinstance(child, nn.ModuleList):
                 for block in child:
-                    fully_shard(block, mp_policy=mp_policy)
-        fully_shard(model, mp_policy=mp_policy)
+                    fully_shard(block, mp_policy=mp_policy, **options)
+        fully_shard(model, mp_policy=mp_policy, **options)
         return model
     raise ConfigurationError(
-        f"strategy: {strategy!r} is unknown. Use 'auto', 'ddp', 'fsdp' or 'none'."
+        f"strategy: {strategy!r} is unknown. Use 'auto', 'ddp', 'fsdp', 'hsdp' or 'none'."
     )
