@@ -1,14 +1,16 @@
 """FSDP2 runs over a 1-D and a 2-D mesh, with activation checkpointing and CPU offload, in one
 torchrun launch (used by test_hsdp.py).
 
-    torchrun --nproc_per_node=N hsdp_worker.py OUT
+    torchrun --nproc_per_node=N hsdp_worker.py OUT PLAIN_DCP
 
 Writes into OUT, for each run, ``<run>.safetensors`` (final weights) and ``<run>/ckpt`` (a
 sharded checkpoint every 3 of 6 steps): ``fsdp`` (plain FSDP2), ``hsdp`` (``strategy="hsdp"``,
 the default mesh: one node, so 1 x N), ``hsdp-2d`` (2 x N/2, with N = 4) or ``hsdp-rep``
 (N x 1: replicated, with N = 2), ``hsdp-resumed`` (from hsdp's step 3), ``fsdp-ac``
 (activation checkpointing on every block), ``fsdp-offload`` (``cpu_offload=True``), and
-``user-mesh`` (a model the caller sharded over a 2-D mesh itself, ``strategy="none"``); and
+``user-mesh`` (a model the caller sharded over a 2-D mesh itself, ``strategy="none"``),
+``hsdp-plain`` (HSDP resumed from PLAIN_DCP, a 1-process ``dcp.save`` that ampkit did not
+write); and
 ``notes.json`` (each run's ``FitResult.notes`` and checkpoint manifest strategy).
 """
 
@@ -113,7 +115,7 @@ def user_sharded() -> torch.nn.Module:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    out, plain = Path(sys.argv[1]), Path(sys.argv[2])
     dist.init_process_group("gloo")  # owned here, so each Trainer leaves it up for the next
     world = dist.get_world_size()
     try:
@@ -128,6 +130,7 @@ def main() -> None:
             ),
             "fsdp-offload": run(out, "fsdp-offload", strategy="fsdp", cpu_offload=True),
             "user-mesh": run(out, "user-mesh", build=user_sharded, strategy="none"),
+            "hsdp-plain": run(out, "hsdp-plain", strategy="hsdp", resume=plain),
         }
         if world == 4:
             notes["hsdp-2d"] = run(out, "hsdp-2d", strategy="hsdp", hsdp_shard_size=2)

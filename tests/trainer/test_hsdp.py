@@ -14,12 +14,15 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
-from hsdp_worker import BATCH, STEPS, dataset, make_trainer
+import torch.distributed.checkpoint as dcp
+from hsdp_worker import BATCH, STEPS, Net, dataset, make_trainer
 from safetensors.torch import load_file
+from torch.distributed.checkpoint.state_dict import get_state_dict
 
 from ampkit.checkpoint.folder import read_weights
 
@@ -34,10 +37,30 @@ def runs(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hsdp")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += [f"--nproc_per_node={WORLD}", str(WORKER), str(out)]
+    command += [f"--nproc_per_node={WORLD}", str(WORKER), str(out), str(plain_dcp(out))]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-4000:]
     return out
+
+
+def plain_dcp(out: Path) -> Path:
+    """A 1-process DCP checkpoint that ampkit did not write: the Net after one AdamW step."""
+    torch.manual_seed(0)
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    x, y = dataset()[:BATCH]
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    optimizer.step()
+    model_state, optim_state = get_state_dict(model, optimizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP's note that no process group exists
+        dcp.save(
+            {"model": model_state, "optim": optim_state},
+            checkpoint_id=str(out / "plain"),
+            no_dist=True,
+        )
+    torch.save(dict(model.state_dict()), out / "plain.pt")
+    return out / "plain"
 
 
 def weights(runs: Path, name: str) -> dict[str, torch.Tensor]:
@@ -99,3 +122,14 @@ def test_hsdp_checkpoint_resumes_on_one_process(runs, tmp_path):
     assert result.steps == STEPS - 3 and trainer.step == STEPS
     state = trainer.optimizer.state_dict()["state"]
     assert all(int(s["step"]) == STEPS for s in state.values())
+
+
+def test_hsdp_resumes_a_plain_dcp_checkpoint_written_by_one_process(runs):
+    notes = json.loads((runs / "notes.json").read_text())["hsdp-plain"]["notes"]
+    assert any("loaded the model weights and the optimizer state" in n for n in notes), notes
+    # resharded 1 -> 4: its first checkpoint starts from the plain one's weights, not fresh
+    saved = torch.load(runs / "plain.pt")
+    first = read_weights(runs / "hsdp-plain/ckpt/step-00000003").tensors
+    fresh = read_weights(runs / "hsdp/ckpt/step-00000003").tensors
+    assert not torch.equal(first["out.weight"], fresh["out.weight"])
+    assert first.keys() == saved.keys()
