@@ -9,6 +9,8 @@ the default mesh: one node, so 1 x N), ``hsdp-2d`` (2 x N/2, with N = 4) or ``hs
 (N x 1: replicated, with N = 2), ``hsdp-resumed`` (from hsdp's step 3), ``fsdp-ac``
 (activation checkpointing on every block), ``fsdp-offload`` (``cpu_offload=True``), and
 ``user-mesh`` (a model the caller sharded over a 2-D mesh itself, ``strategy="none"``),
+``user-mesh-fsdp`` (the same with ``strategy="fsdp"``: not sharded again),
+``fsdp-offload-resumed`` and ``fsdp-ac-resumed`` (from fsdp-offload's and fsdp's step 3),
 ``hsdp-plain`` (HSDP resumed from PLAIN_DCP, a 1-process ``dcp.save`` that ampkit did not
 write); and
 ``notes.json`` (each run's ``FitResult.notes`` and checkpoint manifest strategy).
@@ -129,7 +131,22 @@ def main() -> None:
                 out, "fsdp-ac", strategy="fsdp", activation_checkpointing=["blocks.0", "blocks.1"]
             ),
             "fsdp-offload": run(out, "fsdp-offload", strategy="fsdp", cpu_offload=True),
+            "fsdp-offload-resumed": run(
+                out,
+                "fsdp-offload-resumed",
+                strategy="fsdp",
+                cpu_offload=True,
+                resume=out / "fsdp-offload/ckpt/step-00000003",
+            ),
+            "fsdp-ac-resumed": run(  # a checkpoint without activation checkpointing
+                out,
+                "fsdp-ac-resumed",
+                strategy="fsdp",
+                activation_checkpointing=[torch.nn.Sequential],
+                resume=out / "fsdp/ckpt/step-00000003",
+            ),
             "user-mesh": run(out, "user-mesh", build=user_sharded, strategy="none"),
+            "user-mesh-fsdp": run(out, "user-mesh-fsdp", build=user_sharded, strategy="fsdp"),
             "hsdp-plain": run(out, "hsdp-plain", strategy="hsdp", resume=plain),
         }
         if world == 4:

@@ -96,12 +96,16 @@ def test_activation_checkpointing_and_cpu_offload_under_fsdp_are_bitwise(runs):
     fsdp = weights(runs, "fsdp")
     assert_equal(weights(runs, "fsdp-ac"), fsdp)
     assert_equal(weights(runs, "fsdp-offload"), fsdp)
+    # and resume: offloaded from offloaded, checkpointed from a run without it
+    assert_equal(weights(runs, "fsdp-offload-resumed"), fsdp)
+    assert_equal(weights(runs, "fsdp-ac-resumed"), fsdp)
 
 
 def test_user_built_2d_mesh_writes_final_weights_and_sharded_checkpoints(runs):
     # the model the caller sharded over a 2 x 2 mesh (strategy="none") trains as HSDP does,
     # and its final weights and checkpoints are written from the DTensors, gathered
     assert_equal(weights(runs, "user-mesh"), weights(runs, "hsdp-2d"))
+    assert_equal(weights(runs, "user-mesh-fsdp"), weights(runs, "hsdp-2d"))  # not sharded twice
     notes = json.loads((runs / "notes.json").read_text())
     assert notes["user-mesh"]["strategy"] == "fsdp"
     assert_equal(
