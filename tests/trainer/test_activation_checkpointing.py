@@ -139,3 +139,22 @@ def test_sharding_strategy_with_an_optimizer_instance_is_refused():
             max_steps=1,
             distributed=DistributedConfig(strategy="hsdp"),
         )
+
+
+def test_sharding_settings_in_one_process_are_noted(tmp_path):
+    torch.manual_seed(0)
+    trainer = ampkit.Trainer(
+        Net(),
+        lambda params: torch.optim.AdamW(params, lr=1e-2),
+        max_steps=1,
+        loss_fn=nn.functional.cross_entropy,
+        precision="fp32",
+        device="cpu",
+        distributed=DistributedConfig(strategy="hsdp", hsdp_shard_size=2, cpu_offload=True),
+        logging=ampkit.LoggingConfig(progress_bar=False),
+    )
+    notes = trainer.fit(batches()).notes
+    assert (
+        "strategy='hsdp', hsdp_shard_size=2, cpu_offload=True: a single process has nothing "
+        "to shard over, so the model trains unsharded (launch with torchrun to shard it)"
+    ) in notes

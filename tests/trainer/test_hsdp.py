@@ -108,6 +108,8 @@ def test_user_built_2d_mesh_writes_final_weights_and_sharded_checkpoints(runs):
     assert_equal(weights(runs, "user-mesh-fsdp"), weights(runs, "hsdp-2d"))  # not sharded twice
     notes = json.loads((runs / "notes.json").read_text())
     assert notes["user-mesh"]["strategy"] == "fsdp"
+    assert not notes["user-mesh"]["notes"]  # strategy="none": nothing to say
+    assert any("already sharded with fully_shard" in n for n in notes["user-mesh-fsdp"]["notes"])
     assert_equal(
         read_weights(runs / "user-mesh/ckpt/step-00000006").tensors, weights(runs, "user-mesh")
     )

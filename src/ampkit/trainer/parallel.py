@@ -34,6 +34,7 @@ __all__ = [
     "fsdp_options",
     "hsdp_mesh",
     "is_sharded",
+    "setting_notes",
 ]
 
 
@@ -206,3 +207,30 @@ def fsdp_options(
             )
         options["offload_policy"] = CPUOffloadPolicy(pin_memory=device_type != "cpu")
     return options
+
+
+def setting_notes(
+    strategy: str,
+    *,
+    distributed: bool,
+    sharded_before: bool,
+    hsdp_shard_size: int | None = None,
+    cpu_offload: bool = False,
+) -> list[str]:
+    """Notes for ``FitResult.notes`` on sharding settings that did nothing in this run: a
+    model the caller had already sharded (not wrapped again), or HSDP / CPU offload in a
+    single process (nothing to shard over)."""
+    if sharded_before and strategy not in ("none", "auto"):
+        return [
+            f"strategy={strategy!r}: the model was already sharded with fully_shard (DTensor "
+            "parameters), so it was used as it is and not wrapped again"
+        ]
+    if distributed or strategy not in ("fsdp", "hsdp"):
+        return []
+    asked = [f"strategy={strategy!r}"]
+    asked += [f"hsdp_shard_size={hsdp_shard_size}"] if hsdp_shard_size is not None else []
+    asked += ["cpu_offload=True"] if cpu_offload else []
+    return [
+        f"{', '.join(asked)}: a single process has nothing to shard over, so the model trains "
+        "unsharded (launch with torchrun to shard it)"
+    ]

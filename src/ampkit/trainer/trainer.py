@@ -77,7 +77,7 @@ from ampkit.trainer.distributed import (
     wrap_model,
 )
 from ampkit.trainer.metrics import Throughput
-from ampkit.trainer.parallel import is_sharded
+from ampkit.trainer.parallel import is_sharded, setting_notes
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
 
@@ -367,6 +367,13 @@ class Trainer:
         self.notes.extend(self.mp.mode.setup_training(setup))
         model = self.mp.prepare_model(model)
         config = self.distributed_config
+        self.notes += setting_notes(
+            self.strategy,
+            distributed=self.dist.distributed,
+            sharded_before=is_sharded(model),
+            hsdp_shard_size=config.hsdp_shard_size,
+            cpu_offload=config.cpu_offload,
+        )
         self.model = wrap_model(
             model,
             self.strategy,
