@@ -16,7 +16,7 @@ import torch.distributed.checkpoint as dcp
 from click.testing import CliRunner
 from safetensors.torch import load_file
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
 import ampkit
 from ampkit import CheckpointError
@@ -98,6 +98,27 @@ def test_trainer_resumes_model_and_optimizer_then_steps_as_the_original_would(pl
         assert torch.equal(t.raw_model.state_dict()[name], tensor), name
     # its own checkpoint is ampkit's, at step 1
     assert verify_checkpoint(tmp_path / "ckpt/step-00000001")["step"] == 1
+
+
+def test_torchtitans_layout_flat_model_and_flattened_optimizer_resumes(tmp_path):
+    # torchtitan: the model's state at the top level, the optimizer under "optimizer",
+    # flattened (param groups per parameter)
+    model, optimizer = trained()
+    sd, osd = get_state_dict(
+        model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True)
+    )
+    folder = save_plain(tmp_path / "titan", {**sd, "optimizer": osd})
+    control = copy.deepcopy(model)
+    control_optimizer = adamw(control.parameters())
+    control_optimizer.load_state_dict(optimizer.state_dict())
+    x, y = batches()[0]
+    nn.functional.cross_entropy(control(x), y).backward()
+    control_optimizer.step()
+    t = trainer(tmp_path, folder)
+    notes = t.fit(batches()).notes
+    assert any("loaded the model weights and the optimizer state" in n for n in notes), notes
+    for name, tensor in control.state_dict().items():
+        assert torch.equal(t.raw_model.state_dict()[name], tensor), name
 
 
 def test_model_only_checkpoint_at_the_top_loads_weights_and_says_the_optimizer_is_fresh(tmp_path):

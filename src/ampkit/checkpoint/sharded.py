@@ -66,13 +66,17 @@ MODEL, OPTIMIZER = "model", "optimizer"
 _NO_GROUP = r"torch\.distributed is disabled, unavailable or uninitialized"
 
 
-def state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def state_dicts(
+    model: nn.Module, optimizer: torch.optim.Optimizer, *, flatten_optimizer: bool = False
+) -> dict[str, Any]:
     """``{"model": ..., "optimizer": ...}`` as this rank holds them: DTensor shards under FSDP2,
-    plain tensors otherwise; optimizer state keyed by parameter names, so it reshards.
+    plain tensors otherwise; optimizer state keyed by parameter names, so it reshards
+    (``flatten_optimizer``: the param groups per parameter too, as torchtitan writes them).
     Initialises an optimizer that has not stepped yet (a zero-learning-rate step)."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    model_state, optim_state = get_state_dict(model, optimizer)
+    options = StateDictOptions(flatten_optimizer_state_dict=flatten_optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
     return {MODEL: model_state, OPTIMIZER: optim_state}
 
 
@@ -374,7 +378,8 @@ def load_plain_into(
     model: nn.Module, optimizer: torch.optim.Optimizer, folder: str | Path, layout: PlainLayout
 ) -> str | None:
     """Load a DCP checkpoint ampkit did not write into the model (and the optimizer, when it
-    holds a state keyed by parameter names, as ``get_optimizer_state_dict`` writes it), as
+    holds a state keyed by parameter names, as ``get_optimizer_state_dict`` writes it, nested
+    or flattened as torchtitan saves it), as
     they are sharded now. Collective when a process group is initialised. Returns why the
     optimizer state was not loaded (the optimizer is then left as it was), or None.
 
@@ -382,6 +387,7 @@ def load_plain_into(
         CheckpointError: it cannot be read safely.
     """
     from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
         get_model_state_dict,
         set_model_state_dict,
         set_state_dict,
@@ -399,8 +405,12 @@ def load_plain_into(
                 f"{missing[0]}{more} (ampkit reads optimizer states keyed by parameter name, as "
                 "get_optimizer_state_dict writes them)"
             )
+    flat = False
     if skipped is None:
-        state = state_dicts(model, optimizer)
+        first = next(name for name, _ in model.named_parameters())
+        groups = f"{layout.optimizer_key}.param_groups.{first}."
+        flat = any(k.startswith(groups) for k in _index(folder).state_dict_metadata)
+        state = state_dicts(model, optimizer, flatten_optimizer=flat)
         model_state = state[MODEL]
     else:
         model_state = get_model_state_dict(model)
@@ -410,7 +420,13 @@ def load_plain_into(
     _load(load, folder)
     loaded = load[MODEL] if layout.model_prefix else {k: load[k] for k in model_state}
     if skipped is None:
-        set_state_dict(model, optimizer, model_state_dict=loaded, optim_state_dict=state[OPTIMIZER])
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=loaded,
+            optim_state_dict=state[OPTIMIZER],
+            options=StateDictOptions(flatten_optimizer_state_dict=flat),
+        )
     else:
         set_model_state_dict(model, loaded)
     return skipped
