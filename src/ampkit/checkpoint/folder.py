@@ -20,7 +20,9 @@ the complete checkpoint or an ignored temporary folder; a save that fails (disk 
 that are not finite, tied tensors) removes its temporary folder. Loading verifies the manifest's
 shape, that it lists exactly the files its layout requires, and every file's size and SHA-256,
 so a malformed manifest or a truncated, appended-to, swapped or bit-flipped file is refused
-with an error that names it. This module is the one place that knows manifests and markers.
+with an error that names it. This module is the one place that knows manifests and markers;
+it also tells a plain ``torch.distributed.checkpoint`` folder that ampkit did not write
+(:func:`is_plain_dcp`) from an incomplete one of its own.
 """
 
 from __future__ import annotations
@@ -607,8 +609,10 @@ def _fp32(
 def read_weights(path: str | Path) -> Weights:
     """Read model weights from a ``.safetensors`` file, a checkpoint folder of either layout
     (verified against its manifest first; a sharded one is consolidated in this process,
-    without a process group) or a run folder (its final ``model.safetensors``, as
-    ``ampkit train --out`` writes it). The one weights reader; loading runs no stored code.
+    without a process group), a ``torch.distributed.checkpoint`` folder that ampkit did not
+    write (its model weights, consolidated; no manifest to verify) or a run folder (its final
+    ``model.safetensors``, as ``ampkit train --out`` writes it). The one weights reader;
+    loading runs no stored code.
 
     Raises:
         CheckpointError: nothing is there; a checkpoint folder fails verification (damaged
