@@ -7,6 +7,8 @@ completely written" stays for ampkit's own incomplete checkpoints."""
 from __future__ import annotations
 
 import copy
+import os
+import pickle
 import warnings
 from pathlib import Path
 
@@ -181,3 +183,27 @@ def test_not_completely_written_only_for_ampkits_own(tmp_path, plain):
     empty.mkdir()
     with pytest.raises(CheckpointError, match="holds no checkpoint: neither ampkit's"):
         verify_checkpoint(empty)
+
+
+class _RunsCode:
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.target}",))
+
+
+def test_a_plain_index_that_would_run_code_is_refused_unrun(tmp_path):
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    target = tmp_path / "ran"
+    (folder / ".metadata").write_bytes(pickle.dumps(_RunsCode(target)))
+    (folder / "__0_0.distcp").write_bytes(b"")
+    assert is_plain_dcp(folder)
+    with pytest.raises(CheckpointError, match="not a readable DCP index"):
+        trainer(tmp_path, folder).fit(batches())
+    result = CliRunner().invoke(
+        main, ["checkpoint", "export", str(folder), "--out", str(tmp_path / "x.safetensors")]
+    )
+    assert result.exit_code != 0 and "not a readable DCP index" in result.output
+    assert not target.exists() and not (tmp_path / "x.safetensors").exists()
