@@ -100,6 +100,16 @@ def test_trainer_without_strategy_trains_bitwise_equal_and_checkpoints_match(tmp
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_applying_twice_checkpoints_once():
+    model = Net()
+    apply_activation_checkpointing(model, [Block])
+    apply_activation_checkpointing(model, ["blocks.0"])  # e.g. a second fit() of one Trainer
+    Block.calls = 0
+    x, y = batches()[0]
+    nn.functional.cross_entropy(model(x), y).backward()
+    assert Block.calls == 6  # each block: forward once, recomputed once
+
+
 def test_unknown_module_name_is_refused_with_a_suggestion():
     with pytest.raises(ConfigurationError, match=r"'blocks\.9' is not a module.*Did you mean"):
         apply_activation_checkpointing(Net(), ["blocks.9"])

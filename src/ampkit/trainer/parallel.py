@@ -132,7 +132,8 @@ def apply_activation_checkpointing(
     name = "activation_checkpointing"
     chosen = _select(model, check_module_targets(name, targets), name)
     for _, module in chosen:
-        checkpoint(module)
+        if checkpoint.state(module) is None:  # a second fit() of the same Trainer: once
+            checkpoint(module)
     return [name or "(the whole model)" for name, _ in chosen]
 
 
