@@ -124,8 +124,8 @@ def test_hsdp_checkpoint_resumes_on_one_process(runs, tmp_path):
     assert_equal(weights(tmp_path, "loaded"), read_weights(step3).tensors)
     # and trains on from it, optimizer state included (a fresh AdamW's first step differs)
     trainer = make_trainer(tmp_path, "continued", WORLD * BATCH, resume=step3)
-    result = trainer.fit(dataset())
-    assert result.steps == STEPS - 3 and trainer.step == STEPS
+    trainer.fit(dataset())
+    assert trainer.step == STEPS
     state = trainer.optimizer.state_dict()["state"]
     assert all(int(s["step"]) == STEPS for s in state.values())
 
