@@ -20,7 +20,9 @@ the complete checkpoint or an ignored temporary folder; a save that fails (disk 
 that are not finite, tied tensors) removes its temporary folder. Loading verifies the manifest's
 shape, that it lists exactly the files its layout requires, and every file's size and SHA-256,
 so a malformed manifest or a truncated, appended-to, swapped or bit-flipped file is refused
-with an error that names it. This module is the one place that knows manifests and markers.
+with an error that names it. This module is the one place that knows manifests and markers;
+it also tells a plain ``torch.distributed.checkpoint`` folder that ampkit did not write
+(:func:`is_plain_dcp`) from an incomplete one of its own.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ __all__ = [
     "commit_checkpoint",
     "damaged_list",
     "find_checkpoints",
+    "is_plain_dcp",
     "latest_valid_checkpoint",
     "load_checkpoint",
     "load_state",
@@ -390,6 +393,19 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
             "ampkit (e.g. ckpt/step-00000500)."
         )
     if not (folder / _MARKER).is_file():
+        if is_plain_dcp(folder):
+            raise CheckpointError(
+                f"checkpoint: {folder} is a torch.distributed.checkpoint folder that ampkit did "
+                "not write (a .metadata index, no manifest), so there is no manifest to verify "
+                "it against. Resume from it with CheckpointConfig(resume=...) or export it "
+                "with `ampkit checkpoint export`, which read it as it is."
+            )
+        if not _is_ampkit_folder(folder):
+            raise CheckpointError(
+                f"checkpoint: {folder} holds no checkpoint: neither ampkit's ({_MANIFEST}, "
+                f"{_MARKER}) nor torch.distributed.checkpoint's (.metadata). Pass a "
+                "step-NNNNNNNN folder written by ampkit or a DCP checkpoint folder."
+            )
         raise CheckpointError(
             f"checkpoint: {folder} has no {_MARKER} marker, so it was not completely written. "
             "Resume from an earlier checkpoint."
@@ -433,6 +449,27 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     elif (folder / _STATE).is_file():
         _check_state(folder / _STATE)
     return manifest
+
+
+def is_plain_dcp(path: str | Path) -> bool:
+    """Whether ``path`` is a ``torch.distributed.checkpoint`` folder that ampkit did not
+    write: DCP's ``.metadata`` index at its top, and neither a manifest nor ``COMPLETE`` (as
+    ``dcp.save`` and torchtitan leave them)."""
+    folder = Path(path)
+    return (
+        folder.is_dir()
+        and (folder / ".metadata").is_file()
+        and not (folder / _MANIFEST).exists()
+        and not (folder / _MARKER).exists()
+    )
+
+
+def _is_ampkit_folder(folder: Path) -> bool:
+    """Whether ``folder`` is (the start of) one of ampkit's checkpoints: a ``step-N`` or
+    ``step-N.tmp-<pid>`` name, or any file a checkpoint holds."""
+    if _NAME.match(folder.name) or re.match(r"^step-\d{8,}\.tmp-\d+$", folder.name):
+        return True
+    return any((folder / name).exists() for name in (_MANIFEST, _WEIGHTS, _STATE, SHARDS))
 
 
 def _check_state(file: Path) -> None:
@@ -572,8 +609,10 @@ def _fp32(
 def read_weights(path: str | Path) -> Weights:
     """Read model weights from a ``.safetensors`` file, a checkpoint folder of either layout
     (verified against its manifest first; a sharded one is consolidated in this process,
-    without a process group) or a run folder (its final ``model.safetensors``, as
-    ``ampkit train --out`` writes it). The one weights reader; loading runs no stored code.
+    without a process group), a ``torch.distributed.checkpoint`` folder that ampkit did not
+    write (its model weights, consolidated; no manifest to verify) or a run folder (its final
+    ``model.safetensors``, as ``ampkit train --out`` writes it). The one weights reader;
+    loading runs no stored code.
 
     Raises:
         CheckpointError: nothing is there; a checkpoint folder fails verification (damaged
@@ -581,6 +620,11 @@ def read_weights(path: str | Path) -> Weights:
             readable safetensors; a folder holds neither a checkpoint nor ``model.safetensors``.
     """
     given = Path(path)
+    if is_plain_dcp(given):
+        from ampkit.checkpoint.sharded import plain_layout, read_plain_model_weights
+
+        raw = read_plain_model_weights(given, plain_layout(given))
+        return Weights(_fp32(raw, {})[0], {}, given, {}, None)
     if given.is_dir() and _is_checkpoint(given):
         manifest = verify_checkpoint(given)
         tensors, aliases = _fp32(_checkpoint_weights(given, manifest), manifest.get("aliases", {}))
@@ -638,6 +682,8 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, list[CheckpointError]]:
             f"checkpoint: {given} does not exist ({looked}). Pass a run folder (ampkit train "
             "--out DIR), its checkpoints folder or one step-NNNNNNNN folder."
         )
+    if is_plain_dcp(given):
+        return given, []
     named = _NAME.match(given.name) is not None
     if given.is_dir() and (named or (given / _MANIFEST).exists() or (given / _MARKER).exists()):
         verify_checkpoint(given)

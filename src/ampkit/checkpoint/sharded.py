@@ -30,6 +30,7 @@ import re
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -42,11 +43,17 @@ from ampkit.errors import CheckpointError
 __all__ = [
     "MODEL",
     "OPTIMIZER",
+    "PLAIN_OPTIMIZER_KEYS",
+    "PlainLayout",
     "async_save",
     "check_index",
     "checkpoint_shapes",
     "dcp_failure",
     "load_into",
+    "load_plain_into",
+    "plain_layout",
+    "plain_shapes",
+    "read_plain_model_weights",
     "read_model_weights",
     "save",
     "state_dicts",
@@ -59,13 +66,17 @@ MODEL, OPTIMIZER = "model", "optimizer"
 _NO_GROUP = r"torch\.distributed is disabled, unavailable or uninitialized"
 
 
-def state_dicts(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def state_dicts(
+    model: nn.Module, optimizer: torch.optim.Optimizer, *, flatten_optimizer: bool = False
+) -> dict[str, Any]:
     """``{"model": ..., "optimizer": ...}`` as this rank holds them: DTensor shards under FSDP2,
-    plain tensors otherwise; optimizer state keyed by parameter names, so it reshards.
+    plain tensors otherwise; optimizer state keyed by parameter names, so it reshards
+    (``flatten_optimizer``: the param groups per parameter too, as torchtitan writes them).
     Initialises an optimizer that has not stepped yet (a zero-learning-rate step)."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-    model_state, optim_state = get_state_dict(model, optimizer)
+    options = StateDictOptions(flatten_optimizer_state_dict=flatten_optimizer)
+    model_state, optim_state = get_state_dict(model, optimizer, options=options)
     return {MODEL: model_state, OPTIMIZER: optim_state}
 
 
@@ -191,15 +202,25 @@ def check_index(folder: str | Path) -> None:
     _index(folder)
 
 
-def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
-    """The global shape of every model tensor in a sharded checkpoint (from its index)."""
+def _model_entries(index: Any, prefix: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``name -> TensorStorageMetadata`` of the model tensors in a DCP index: the keys under
+    ``prefix`` (``"model."``), or with ``prefix=""`` every tensor key whose top-level group
+    is not in ``skip``."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    prefix = f"{MODEL}."
     return {
-        key[len(prefix) :]: tuple(meta.size)
-        for key, meta in _index(folder).state_dict_metadata.items()
-        if key.startswith(prefix) and isinstance(meta, TensorStorageMetadata)
+        key[len(prefix) :]: meta
+        for key, meta in index.state_dict_metadata.items()
+        if key.startswith(prefix)
+        and isinstance(meta, TensorStorageMetadata)
+        and key.split(".", 1)[0] not in skip
+    }
+
+
+def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
+    """The global shape of every model tensor in a sharded checkpoint (from its index)."""
+    return {
+        name: tuple(meta.size) for name, meta in _model_entries(_index(folder), f"{MODEL}.").items()
     }
 
 
@@ -265,12 +286,147 @@ def load_into(model: nn.Module, optimizer: torch.optim.Optimizer, folder: str | 
 def read_model_weights(folder: str | Path) -> dict[str, torch.Tensor]:
     """Consolidate the model's full weights from a sharded checkpoint, in one process and
     without a process group (the optimizer state is not read)."""
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-    model: dict[str, torch.Tensor] = {}
-    prefix = f"{MODEL}."
-    for key, meta in _index(folder).state_dict_metadata.items():
-        if key.startswith(prefix) and isinstance(meta, TensorStorageMetadata):
-            model[key[len(prefix) :]] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+    entries = _model_entries(_index(folder), f"{MODEL}.")
+    model = {
+        name: torch.empty(tuple(m.size), dtype=m.properties.dtype) for name, m in entries.items()
+    }
     _load({MODEL: model}, folder)
     return model
+
+
+# -- DCP checkpoints ampkit did not write ----------------------------------------------------------
+
+#: Where other writers keep the optimizer state: torchtitan (and ampkit) under "optimizer",
+#: others, as torch's DCP tutorials, under "optim".
+PLAIN_OPTIMIZER_KEYS = ("optimizer", "optim")
+#: Top-level groups of other writers that are not model weights (torchtitan's among them).
+_NOT_MODEL = (*PLAIN_OPTIMIZER_KEYS, "lr_scheduler", "scheduler", "dataloader", "train_state")
+
+
+@dataclass(frozen=True)
+class PlainLayout:
+    """Where a DCP checkpoint that ampkit did not write keeps what ampkit can load.
+
+    Attributes:
+        model_prefix: ``"model."`` (``{"model": sd, ...}`` was saved) or ``""`` (the model's
+            state flattened at the top level, as torchtitan writes its last, model-only step).
+        optimizer_key: the top-level key of an optimizer state (``"optimizer"`` or
+            ``"optim"``), or None when it holds none.
+        groups: every top-level key of the checkpoint, sorted.
+        tensors: how many model tensors it holds.
+    """
+
+    model_prefix: str
+    optimizer_key: str | None
+    groups: tuple[str, ...]
+    tensors: int
+
+
+def plain_layout(folder: str | Path) -> PlainLayout:
+    """What a DCP checkpoint that ampkit did not write holds (read from its index safely).
+
+    Raises:
+        CheckpointError: the index cannot be read safely, or it holds no model tensor.
+    """
+    index = _index(folder)
+    keys = list(index.state_dict_metadata)
+    groups = tuple(sorted({key.split(".", 1)[0] for key in keys}))
+    prefix = f"{MODEL}." if _model_entries(index, f"{MODEL}.") else ""
+    entries = _model_entries(index, prefix, () if prefix else _NOT_MODEL)
+    if not entries:
+        raise CheckpointError(
+            f"checkpoint: {folder} is a torch.distributed.checkpoint folder without model "
+            f"tensors (its top-level keys: {', '.join(groups) or 'none'}). Pass a checkpoint "
+            "saved as {'model': model_state_dict, ...} or with the model's state at the top."
+        )
+    optimizer = next(
+        (k for k in PLAIN_OPTIMIZER_KEYS if any(key.startswith(f"{k}.") for key in keys)), None
+    )
+    return PlainLayout(prefix, optimizer, groups, len(entries))
+
+
+def plain_shapes(folder: str | Path, layout: PlainLayout) -> dict[str, tuple[int, ...]]:
+    """The global shape of every model tensor of a DCP checkpoint ampkit did not write."""
+    skip = () if layout.model_prefix else _NOT_MODEL
+    entries = _model_entries(_index(folder), layout.model_prefix, skip)
+    return {name: tuple(meta.size) for name, meta in entries.items()}
+
+
+def read_plain_model_weights(folder: str | Path, layout: PlainLayout) -> dict[str, torch.Tensor]:
+    """Consolidate the model weights of a DCP checkpoint ampkit did not write, in one process
+    and without a process group (nothing else is read)."""
+    skip = () if layout.model_prefix else _NOT_MODEL
+    entries = _model_entries(_index(folder), layout.model_prefix, skip)
+    model = {
+        name: torch.empty(tuple(m.size), dtype=m.properties.dtype) for name, m in entries.items()
+    }
+    _load({MODEL: model} if layout.model_prefix else dict(model), folder)
+    return model
+
+
+def _missing_optimizer_params(folder: str | Path, key: str, model: nn.Module) -> list[str]:
+    """The parameters of ``model`` with no optimizer state under ``key`` in the checkpoint."""
+    present = {k for k in _index(folder).state_dict_metadata if k.startswith(f"{key}.state.")}
+    return [
+        name
+        for name, _ in model.named_parameters()
+        if not any(k.startswith(f"{key}.state.{name}.") for k in present)
+    ]
+
+
+def load_plain_into(
+    model: nn.Module, optimizer: torch.optim.Optimizer, folder: str | Path, layout: PlainLayout
+) -> str | None:
+    """Load a DCP checkpoint ampkit did not write into the model (and the optimizer, when it
+    holds a state keyed by parameter names, as ``get_optimizer_state_dict`` writes it, nested
+    or flattened as torchtitan saves it), as
+    they are sharded now. Collective when a process group is initialised. Returns why the
+    optimizer state was not loaded (the optimizer is then left as it was), or None.
+
+    Raises:
+        CheckpointError: it cannot be read safely.
+    """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
+
+    skipped = None
+    if layout.optimizer_key is None:
+        skipped = "it holds no optimizer state"
+    else:
+        missing = _missing_optimizer_params(folder, layout.optimizer_key, model)
+        if missing:
+            more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+            skipped = (
+                f"its optimizer state ('{layout.optimizer_key}') has none for parameter "
+                f"{missing[0]}{more} (ampkit reads optimizer states keyed by parameter name, as "
+                "get_optimizer_state_dict writes them)"
+            )
+    flat = False
+    if skipped is None:
+        first = next(name for name, _ in model.named_parameters())
+        groups = f"{layout.optimizer_key}.param_groups.{first}."
+        flat = any(k.startswith(groups) for k in _index(folder).state_dict_metadata)
+        state = state_dicts(model, optimizer, flatten_optimizer=flat)
+        model_state = state[MODEL]
+    else:
+        model_state = get_model_state_dict(model)
+    load: dict[str, Any] = {MODEL: model_state} if layout.model_prefix else dict(model_state)
+    if skipped is None:
+        load[cast(str, layout.optimizer_key)] = state[OPTIMIZER]
+    _load(load, folder)
+    loaded = load[MODEL] if layout.model_prefix else {k: load[k] for k in model_state}
+    if skipped is None:
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=loaded,
+            optim_state_dict=state[OPTIMIZER],
+            options=StateDictOptions(flatten_optimizer_state_dict=flat),
+        )
+    else:
+        set_model_state_dict(model, loaded)
+    return skipped

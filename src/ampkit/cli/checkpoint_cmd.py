@@ -15,6 +15,7 @@ def checkpoint() -> None:
     Examples:
       ampkit checkpoint export runs/a --out model.safetensors
       ampkit checkpoint export runs/a/checkpoints/step-00000500 --out model.safetensors
+      ampkit checkpoint export torchtitan/checkpoint/step-1000 --out model.safetensors
     """
 
 
@@ -34,14 +35,23 @@ def export(run: str, out: str) -> None:
     (torch.distributed.checkpoint, any number of writers) are consolidated in this one
     process. Every file is verified against the manifest first; a damaged checkpoint is
     refused by name. Tied weights are stored once (safetensors.torch.load_model ties them).
+    RUN may also be a torch.distributed.checkpoint folder that ampkit did not write (dcp.save
+    of {"model": ..., ...}, or torchtitan's): its model weights are exported, with a note.
     """
-    from ampkit.checkpoint.folder import read_weights, resolve_checkpoint
+    from ampkit.checkpoint.folder import is_plain_dcp, read_weights, resolve_checkpoint
     from ampkit.checkpoint.weights import write_weights
 
     path, skipped = resolve_checkpoint(run)
     for problem in skipped:
         click.echo(f"ampkit: skipped a damaged checkpoint: {problem}", err=True)
     weights = read_weights(path)
+    if is_plain_dcp(path):
+        click.echo(
+            f"ampkit: note: {path} is a torch.distributed.checkpoint folder that ampkit did not "
+            "write: exported its model weights; it has no manifest, so its files were not "
+            "checked against SHA-256 hashes, and nothing else in it was read.",
+            err=True,
+        )
     aliases = write_weights(out, weights.tensors, aliases=weights.aliases)
     stored = {k: v for k, v in weights.tensors.items() if k not in aliases}
     mib = sum(v.numel() * 4 for v in stored.values()) / 2**20

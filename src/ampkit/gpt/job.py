@@ -205,6 +205,7 @@ def prepare_run(
         precision=mode.policy.precision,
         lock_shared_with=lock_shared_with,
         given=given,
+        world_size=world_size,
     ) as plan:
         yield plan
 
@@ -250,6 +251,7 @@ def train(
         precision=mode.policy.precision,
         lock_shared_with=launched_by_ampkit(),
         given=given,
+        world_size=world,
     ) as plan:
         config = plan.config or config
         if plan.finished is not None:

@@ -124,6 +124,8 @@ def check_resume_config(
     precision: str,
     saved_precision: str | None,
     checkpoint: str,
+    world_size: int = 1,
+    saved_world_size: int | None = None,
 ) -> list[str]:
     """Compare the settings recorded in ``checkpoint`` with this run's; return notes.
 
@@ -133,6 +135,9 @@ def check_resume_config(
         data_sha256: SHA-256 of this run's text.
         precision, saved_precision: the resolved precision now and in the checkpoint.
         checkpoint: the checkpoint's path, for messages.
+        world_size, saved_world_size: the processes now and when the checkpoint was
+            written; ``batch_size`` (per process) may differ when processes x batch_size x
+            grad_accum, the global batch, stays the same (a reshard).
 
     Raises:
         ConfigurationError: a setting outside :data:`FREE` and :data:`APPLIED` differs; the
@@ -156,8 +161,13 @@ def check_resume_config(
         return notes
     current = json.loads(json.dumps(json_safe(config.to_dict())))
     uses_scaler = uses_loss_scaling(precision)
+    resharded = _same_global_batch(saved, current, world_size, saved_world_size)
+    if resharded:
+        notes.append(resharded)
     for name, now in current.items():
         if name in FREE or name in APPLIED or name not in saved:
+            continue
+        if resharded and name == "batch_size":
             continue
         if name in _SCALER and not uses_scaler:
             continue
@@ -184,6 +194,23 @@ def check_resume_config(
             "the learning-rate schedule continues from the checkpoint with the new peak"
         )
     return notes
+
+
+def _same_global_batch(
+    saved: Mapping[str, Any], current: Mapping[str, Any], world: int, saved_world: int | None
+) -> str | None:
+    """The note of a resume that changes the processes and ``batch_size`` but keeps the
+    global batch (processes x batch_size x grad_accum), else None."""
+    before, now = saved.get("batch_size"), current["batch_size"]
+    accum = current["grad_accum"]
+    if not isinstance(saved_world, int) or not isinstance(before, int) or before == now:
+        return None
+    if saved.get("grad_accum", accum) != accum or saved_world * before != world * now:
+        return None
+    return (
+        f"--batch-size {now} on {world} process(es) (was {before} on {saved_world}): the "
+        f"global batch stays {world * now * accum} samples per step"
+    )
 
 
 def override_lr(optimizer: Any, scheduler: Any, lr: float) -> None:

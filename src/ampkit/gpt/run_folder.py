@@ -107,6 +107,7 @@ def _plan(
     data_sha256: Callable[[], str],
     precision: str,
     given: Collection[str] | None,
+    world_size: int = 1,
 ) -> RunPlan:
     earlier = earlier_outputs(out)
     if config.resume is None:
@@ -167,6 +168,8 @@ def _plan(
         precision=precision,
         saved_precision=manifest.get("precision"),
         checkpoint=str(path),
+        world_size=world_size,
+        saved_world_size=manifest.get("world_size"),
     )
     saved_lr = saved.get("lr") if isinstance(saved, dict) else None
     changed = saved_lr is not None and saved_lr != config.lr
@@ -200,6 +203,7 @@ def open_run_folder(
     precision: str,
     lock_shared_with: int | None = None,
     given: Collection[str] | None = None,
+    world_size: int = 1,
 ) -> Iterator[RunPlan]:
     """Create and lock ``config.out`` for the run (rank 0), check it, yield the plan.
 
@@ -216,6 +220,8 @@ def open_run_folder(
         given: names of the settings given explicitly (the command line's flags); on resume
             the others of :data:`~ampkit.gpt.resume.CARRIED` come from the checkpoint
             (``RunPlan.config``). None: every setting is taken as given.
+        world_size: the processes of this run; a resume on another number may change
+            ``batch_size`` when the global batch stays the same.
 
     Raises:
         ConfigurationError: ``--out`` cannot be created, holds an earlier run (without
@@ -242,6 +248,7 @@ def open_run_folder(
                 data_sha256=data_sha256,
                 precision=precision,
                 given=given,
+                world_size=world_size,
             )
         except AmpkitError:
             if created:  # a refused run leaves no trace, not even the folder it made

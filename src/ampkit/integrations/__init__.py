@@ -1,4 +1,4 @@
-"""ampkit where users already train: the Hugging Face Trainer, Lightning and Accelerate.
+"""ampkit where users already train: the Hugging Face Trainer, Lightning, Accelerate and Ray.
 
 Each integration is a submodule that imports its library only when it is imported itself, so
 ``import ampkit.integrations`` needs none of them:
@@ -9,6 +9,9 @@ Each integration is a submodule that imports its library only when it is importe
   running ampkit's policy and loss scaler, and ``AmpkitCallback`` logging its telemetry.
 * :mod:`ampkit.integrations.accelerate`: ``scaler_stats``, the loss-scale telemetry of an
   ``accelerate.Accelerator``.
+* :mod:`ampkit.integrations.ray`: ``RayReport``, a Trainer callback reporting each committed
+  checkpoint to Ray Train, and ``resume_from_ray``, the checkpoint a restarted Ray worker
+  resumes from.
 
 A missing library is a one-line :class:`~ampkit.errors.MissingDependencyError` naming the pip
 extra to install.

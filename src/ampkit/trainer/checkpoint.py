@@ -34,6 +34,7 @@ from ampkit.checkpoint.rng import get_rng_state, set_rng_state
 from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, RanksDisagreeError
 from ampkit.precision.engine import MixedPrecision
 from ampkit.trainer.distributed import DistContext, all_gather, broadcast_from_main, ranks_listed
+from ampkit.trainer.parallel import is_sharded
 from ampkit.trainer.reshard import data_position, reshard_counters
 from ampkit.trainer.state import TrainerState
 
@@ -108,9 +109,10 @@ def _full_options(**kwargs: Any) -> Any:
 
 
 def full_weights(parts: TrainingParts) -> dict[str, torch.Tensor]:
-    """The model's full (unsharded) weights in fp32 on the CPU. Collective under FSDP2, where
-    only rank 0 receives them (the other ranks get an empty dict)."""
-    if parts.sharded:
+    """The model's full (unsharded) weights in fp32 on the CPU. Collective under FSDP2 (over
+    any mesh, also one the caller built), where only rank 0 receives them (the other ranks get
+    an empty dict)."""
+    if parts.sharded or is_sharded(parts.model):  # DTensors: gathered, never read one by one
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         weights = cast(
@@ -236,12 +238,19 @@ def restore(parts: TrainingParts, path: Path, *, allow_precision_change: bool = 
     precision is accepted only with ``allow_precision_change`` (its loss-scaler state is then
     dropped; ``Restored.changed_from`` names the saved precision).
 
+    A plain ``torch.distributed.checkpoint`` folder that ampkit did not write (``dcp.save`` of
+    ``{"model": ..., "optimizer"/"optim": ...}``, or the model's state at the top, as
+    torchtitan writes it) gives the model weights and, where it holds one keyed by parameter
+    name, the optimizer state; everything else starts fresh at step 0, and the note says so.
+
     Raises:
         CheckpointError: the checkpoint is corrupt, from another model shape or another
             precision (unless allowed); or from another world size when the data position
             cannot be recomputed (no ``batch_size``, or not a whole number of micro-batches).
     """
     path = Path(path)
+    if folder.is_plain_dcp(path):
+        return _restore_plain(parts, path)
     weights, state, manifest = folder.load_checkpoint(path)  # verified once; sharded: no weights
     layout = manifest.get("layout", "full")
     required = FULL_STATE_KEYS if layout == "full" else SHARDED_STATE_KEYS
@@ -282,6 +291,23 @@ def restore(parts: TrainingParts, path: Path, *, allow_precision_change: bool = 
         seed=parts.seed,
     )
     return Restored(saved_world, notes, changed_from)
+
+
+def _restore_plain(parts: TrainingParts, path: Path) -> Restored:
+    """Load the model (and optimizer) of a DCP checkpoint that ampkit did not write; the
+    counters, scheduler, loss scaler, RNG and data position stay those of a fresh run."""
+    layout = sharded.plain_layout(path)
+    _check_shapes(parts.model, sharded.plain_shapes(path, layout), path)
+    skipped = sharded.load_plain_into(parts.model, parts.optimizer, path, layout)
+    loaded = "the model weights" + (" and the optimizer state" if skipped is None else "")
+    absent = "" if skipped is None else f"; the optimizer starts fresh: {skipped}"
+    note = (
+        f"{path} is a torch.distributed.checkpoint folder that ampkit did not write: loaded "
+        f"{loaded} from it (no manifest, so no SHA-256 check); it holds no trainer step, "
+        f"scheduler, loss-scaler, RNG or data position, so training starts at step 0 from "
+        f"those weights{absent}"
+    )
+    return Restored(parts.dist.world_size, [note])
 
 
 def find_resume_checkpoint(

@@ -19,15 +19,18 @@ Each config is frozen; :func:`dataclasses.replace` makes a changed copy (and che
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torch import nn
+
 from ampkit._validate import check_int, is_number
 from ampkit.errors import CheckpointError, ConfigurationError
-from ampkit.trainer.distributed import STRATEGIES, Strategy
+from ampkit.trainer.distributed import SHARDED_STRATEGIES, STRATEGIES, Strategy
 from ampkit.trainer.evaluation import MetricFn, check_metrics
+from ampkit.trainer.parallel import check_module_targets
 
 __all__ = [
     "CheckpointConfig",
@@ -225,33 +228,69 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class DistributedConfig:
-    """How the Trainer runs under ``torchrun``.
+    """How the Trainer runs under ``torchrun``, and what it does for models too big for plain
+    data parallelism.
 
     Attributes:
         strategy: ``"auto"`` (DDP under torchrun), ``"ddp"``, ``"fsdp"`` (FSDP2: pass an
-            optimizer factory) or ``"none"`` (each process trains alone).
+            optimizer factory), ``"hsdp"`` (FSDP2 over a 2-D mesh, replicate x shard: each
+            parameter sharded within a group of ``hsdp_shard_size`` processes, replicated
+            across the groups; an optimizer factory too) or ``"none"`` (each process trains
+            alone; a model the caller already sharded with ``fully_shard`` is used as it is).
         timeout_s: seconds a collective may wait for the other processes before it fails
             (used when the Trainer joins the torchrun process group itself).
+        hsdp_shard_size: processes per HSDP shard group (``strategy="hsdp"`` only); it must
+            divide the world size. None: one node (``LOCAL_WORLD_SIZE``), so replicas span
+            the nodes and the shards stay within one.
+        activation_checkpointing: module names (``"blocks.0"``) and/or ``nn.Module`` types
+            whose activations are recomputed in the backward pass instead of kept (torch's
+            non-reentrant checkpointing, RNG state preserved, so dropout draws the same mask
+            and gradients equal those without it). Works with every strategy and in a single
+            process; module names and checkpoints are unchanged.
+        cpu_offload: FSDP2's ``CPUOffloadPolicy`` (``strategy="fsdp"`` or ``"hsdp"``): the
+            sharded parameters, gradients and optimizer state live in host memory and the
+            optimizer steps there. On a CPU-only machine the model lives there already, so it
+            moves nothing and gives the same result as without it.
 
     Raises:
-        ConfigurationError: an unknown strategy, or a timeout that is not a positive number.
+        ConfigurationError: an unknown strategy, a timeout that is not a positive number,
+            ``hsdp_shard_size`` without ``strategy="hsdp"`` or not an integer >= 1,
+            ``cpu_offload`` without a sharding strategy, or an ``activation_checkpointing``
+            entry that is neither a module name nor an ``nn.Module`` type.
     """
 
     strategy: Strategy = "auto"
     timeout_s: float = 600.0
+    hsdp_shard_size: int | None = None
+    activation_checkpointing: Sequence[str | type[nn.Module]] = ()
+    cpu_offload: bool = False
 
     def __post_init__(self) -> None:
+        owner = "DistributedConfig"
         if self.strategy not in STRATEGIES:
             raise ConfigurationError(
-                f"DistributedConfig: strategy={self.strategy!r} is unknown. Use one of "
+                f"{owner}: strategy={self.strategy!r} is unknown. Use one of "
                 f"{', '.join(repr(s) for s in STRATEGIES)}."
             )
         timeout = self.timeout_s
         if not is_number(timeout, 0, open_low=True):
             raise ConfigurationError(
-                f"DistributedConfig: timeout_s={timeout!r} is invalid. It must be a number of "
-                "seconds > 0."
+                f"{owner}: timeout_s={timeout!r} is invalid. It must be a number of seconds > 0."
             )
+        check_count(owner, "hsdp_shard_size", self.hsdp_shard_size)
+        if self.hsdp_shard_size is not None and self.strategy != "hsdp":
+            raise ConfigurationError(
+                f"{owner}: hsdp_shard_size={self.hsdp_shard_size} applies to strategy='hsdp' "
+                f"only, not {self.strategy!r}. Pass strategy='hsdp', or drop hsdp_shard_size."
+            )
+        _check_bool(owner, "cpu_offload", self.cpu_offload)
+        if self.cpu_offload and self.strategy not in SHARDED_STRATEGIES:
+            raise ConfigurationError(
+                f"{owner}: cpu_offload=True is FSDP2's offload policy, which needs "
+                f"strategy='fsdp' or 'hsdp', not {self.strategy!r}."
+            )
+        targets = check_module_targets("activation_checkpointing", self.activation_checkpointing)
+        object.__setattr__(self, "activation_checkpointing", targets)
 
 
 @dataclass(frozen=True)

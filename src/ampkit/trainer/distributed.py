@@ -17,7 +17,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,8 +28,10 @@ from torch import nn
 from ampkit.errors import ConfigurationError, RanksDisagreeError
 from ampkit.precision import devices
 from ampkit.precision.policy import Policy
+from ampkit.trainer import parallel
 
 __all__ = [
+    "SHARDED_STRATEGIES",
     "STRATEGIES",
     "DistContext",
     "Strategy",
@@ -45,9 +47,11 @@ __all__ = [
     "wrap_model",
 ]
 
-Strategy = Literal["auto", "none", "ddp", "fsdp"]
+Strategy = Literal["auto", "none", "ddp", "fsdp", "hsdp"]
 #: The values ``strategy`` accepts, in the order error messages list them.
-STRATEGIES: tuple[str, ...] = ("auto", "ddp", "fsdp", "none")
+STRATEGIES: tuple[str, ...] = ("auto", "ddp", "fsdp", "hsdp", "none")
+#: The strategies that shard the model with FSDP2 (``hsdp``: over a 2-D mesh).
+SHARDED_STRATEGIES: tuple[str, ...] = ("fsdp", "hsdp")
 
 
 @dataclass(frozen=True)
@@ -301,30 +305,52 @@ def shard_by_dtype(module: nn.Module, shard: Callable[[nn.Module], None]) -> Non
     shard(module)
 
 
-def wrap_model(model: nn.Module, strategy: Strategy, ctx: DistContext, policy: Policy) -> nn.Module:
+def wrap_model(
+    model: nn.Module,
+    strategy: Strategy,
+    ctx: DistContext,
+    policy: Policy,
+    *,
+    activation_checkpointing: Sequence[str | type[nn.Module]] = (),
+    hsdp_shard_size: int | None = None,
+    cpu_offload: bool = False,
+) -> nn.Module:
     """Wrap ``model`` for data parallelism; the model must already be on its device.
 
     ``ddp``: ``DistributedDataParallel``. ``fsdp``: FSDP2 ``fully_shard`` on each block of the
     model's ``nn.ModuleList``s (transformer layers), then on the root, with
     :func:`fsdp_mixed_precision`; a model whose parameters are not all fp32 (bf16-true's bf16
     weights beside fp32 islands) is gathered in the dtypes it stores, each group of one dtype
-    (:func:`shard_by_dtype`). ``none`` or a single process: the model unchanged.
+    (:func:`shard_by_dtype`). ``hsdp``: the same over a 2-D mesh (replicate x shard,
+    :func:`~ampkit.trainer.parallel.hsdp_mesh`). ``cpu_offload``: FSDP2's CPU offload policy.
+    ``none`` or a single process: the model unchanged. ``activation_checkpointing`` applies to
+    every strategy, before any wrapping (:mod:`ampkit.trainer.parallel`). A model the caller
+    already sharded with ``fully_shard`` (DTensor parameters) is not wrapped again.
     """
-    if strategy == "none" or not ctx.distributed:
+    if activation_checkpointing:
+        parallel.apply_activation_checkpointing(model, activation_checkpointing)
+    if strategy == "none" or not ctx.distributed or parallel.is_sharded(model):
         return model
     if strategy in ("auto", "ddp"):
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = devices.ddp_device_ids(policy.device, ctx.local_rank)
         return DistributedDataParallel(model, device_ids=device_ids)
-    if strategy == "fsdp":
+    if strategy in SHARDED_STRATEGIES:
         fully_shard, MixedPrecisionPolicy = fsdp2_api()
         mp_policy = fsdp_mixed_precision(policy)
         if any(p.dtype != torch.float32 for p in model.parameters()):  # bf16-true: as stored
             mp_policy = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=torch.float32)
+        options = parallel.fsdp_options(
+            strategy,
+            policy.device.type,
+            ctx.world_size,
+            hsdp_shard_size=hsdp_shard_size,
+            cpu_offload=cpu_offload,
+        )
 
         def shard(module: nn.Module) -> None:
-            fully_shard(module, mp_policy=mp_policy)
+            fully_shard(module, mp_policy=mp_policy, **options)
 
         for child in model.modules():
             if child is not model and isinstance(child, nn.ModuleList):
@@ -333,5 +359,5 @@ def wrap_model(model: nn.Module, strategy: Strategy, ctx: DistContext, policy: P
         shard_by_dtype(model, shard)
         return model
     raise ConfigurationError(
-        f"strategy: {strategy!r} is unknown. Use 'auto', 'ddp', 'fsdp' or 'none'."
+        f"strategy: {strategy!r} is unknown. Use 'auto', 'ddp', 'fsdp', 'hsdp' or 'none'."
     )

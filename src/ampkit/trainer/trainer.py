@@ -73,6 +73,7 @@ from ampkit.trainer.config import (
 )
 from ampkit.trainer.data import build_loader, example_batch
 from ampkit.trainer.distributed import (
+    SHARDED_STRATEGIES,
     DistContext,
     Strategy,
     agree_on_end,
@@ -83,6 +84,7 @@ from ampkit.trainer.distributed import (
 )
 from ampkit.trainer.evaluation import EvalResult, EvalSums, MetricFn, check_metrics
 from ampkit.trainer.metrics import Throughput
+from ampkit.trainer.parallel import is_sharded, setting_notes
 from ampkit.trainer.preemption import StopSignals, StopVote
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.state import TrainerState
@@ -218,10 +220,12 @@ class Trainer:
         self.eval_config = eval
         self.distributed_config = distributed = distributed or DistributedConfig()
         self.compile_config = compile
-        if distributed.strategy == "fsdp" and isinstance(optimizer, torch.optim.Optimizer):
+        sharding = distributed.strategy in SHARDED_STRATEGIES and not is_sharded(model)
+        if sharding and isinstance(optimizer, torch.optim.Optimizer):
             raise ConfigurationError(
-                "Trainer: strategy='fsdp' replaces the parameters when sharding, so pass an "
-                "optimizer factory, e.g. optimizer=lambda params: torch.optim.AdamW(params)."
+                f"Trainer: strategy={distributed.strategy!r} replaces the parameters when "
+                "sharding, so pass an optimizer factory, e.g. "
+                "optimizer=lambda params: torch.optim.AdamW(params)."
             )
         self._dist: DistContext | None = None  # joined on first need (the dist property)
         self._closed = False
@@ -468,12 +472,28 @@ class Trainer:
             model,
             closure=closure,
             distributed=self.dist.distributed,
-            fsdp=self.strategy == "fsdp" and self.dist.distributed,
+            fsdp=self.strategy in SHARDED_STRATEGIES and self.dist.distributed,
             keep_fp32=self.fp32_islands.modules if self.fp32_islands else (),
         )
         self.notes.extend(self.mp.mode.setup_training(setup))
         model = self.mp.prepare_model(model)
-        self.model = wrap_model(model, self.strategy, self.dist, self.mp.policy)
+        config = self.distributed_config
+        self.notes += setting_notes(
+            self.strategy,
+            distributed=self.dist.distributed,
+            sharded_before=is_sharded(model),
+            hsdp_shard_size=config.hsdp_shard_size,
+            cpu_offload=config.cpu_offload,
+        )
+        self.model = wrap_model(
+            model,
+            self.strategy,
+            self.dist,
+            self.mp.policy,
+            activation_checkpointing=config.activation_checkpointing,
+            hsdp_shard_size=config.hsdp_shard_size,
+            cpu_offload=config.cpu_offload,
+        )
         self._param_names = {id(p): n for n, p in self.model.named_parameters()}
         if callable(self.optimizer_like) and not isinstance(
             self.optimizer_like, torch.optim.Optimizer
@@ -495,7 +515,7 @@ class Trainer:
             engine=self.mp,
             counters=self.state,
             dist=self.dist,
-            sharded=self.strategy == "fsdp" and self.dist.distributed,
+            sharded=is_sharded(model),  # by this strategy, or by the caller before
             batch_size=self.batch_size,
             seed=self.seed,
             run_config=self.run_config,
