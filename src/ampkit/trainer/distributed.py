@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -112,10 +113,28 @@ def _rejoin_store() -> dict[str, Any]:
     return {"store": dist.PrefixStore(f"ampkit/join-{_joins}/", _first_store)}
 
 
+#: How long the exit hook lets gloo's worker threads finish with their last collective.
+_TRANSPORT_GRACE_S = 0.25
+
+
 def _destroy_at_exit() -> None:
+    """Destroy the group ampkit created, then give gloo's worker threads the GIL for a moment.
+
+    A model wrapped in DDP keeps the process group (and its ``pt_gloo_runloop`` threads) alive
+    past ``destroy_process_group``. A worker thread that drops its last reference to a
+    collective's tensors (e.g. the final ``all_gather_object`` a moment ago) must take the GIL
+    to release their Python objects; once the interpreter is finalizing it cannot, the thread
+    is unwound, and the process aborts ("terminate called without an active exception", seen
+    in gdb as ``~AsyncAllgatherWork`` -> ``decref_pyobject`` -> ``take_gil`` ->
+    ``pthread_exit`` in ``ProcessGroupGloo::runLoop``). Sleeping here, before finalization,
+    releases the GIL so those threads finish. (Only processes that joined a group of
+    several ranks: ``init_distributed`` registers this hook only then.)
+    """
     global _first_store
     if _created and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    if _joins:  # also after Trainer.close(): the wrapped model may still hold the group
+        time.sleep(_TRANSPORT_GRACE_S)
     _first_store = None  # release the store before the interpreter's teardown, not during it
 
 
