@@ -4,7 +4,8 @@ and bf16 vs fp8 (compiled) on a wider GPT where fp8 can pay off.
 One script, sized to finish in under 8 minutes on an H100/H200:
 
 1. eager, interleaved: fp32 (ampkit's fp32 policy: TF32 on for matmuls), fp16 (loss scaling),
-   bf16; 20 timed steps each after 5 warm-up steps;
+   bf16, bf16-true (bf16 weights, compensated updates, fp32 optimizer state); 20 timed steps
+   each after 5 warm-up steps;
 2. ``torch.compile``: fp32 and bf16, eager and compiled, interleaved the same way (compilation
    happens in the warm-up steps, not in the timed ones). Skip with ``--no-compile``.
 3. fp8 (compute capability 8.9+ with torchao): fp32, bf16 and fp8 (tensorwise), eager and
@@ -112,7 +113,13 @@ def main() -> int:
         )
 
     common = dict(device=args.device, steps=args.steps, warmup=args.warmup, burst_s=None)
-    parts = [("eager: fp32 vs fp16 vs bf16", "eager", dict(precisions=["fp32", "fp16", "bf16"]))]
+    parts = [
+        (
+            "eager: fp32 vs fp16 vs bf16 vs bf16-true",
+            "eager",
+            dict(precisions=["fp32", "fp16", "bf16", "bf16-true"]),
+        )
+    ]
     if not args.no_compile:
         parts.append(
             (
