@@ -62,7 +62,9 @@ def test_two_ddp_processes_see_the_global_batch_of_one(tmp_path):
         torch.testing.assert_close(ddp[name], tensor, rtol=1e-5, atol=1e-5, msg=name)
 
 
-def test_fsdp2_matches_one_process(tmp_path):
+@pytest.mark.parametrize("strategy", ["fsdp", "hsdp"])
+def test_fsdp2_matches_one_process(tmp_path, strategy):
+    # hsdp on one node: one shard group of both processes, i.e. FSDP2 over a 1 x 2 mesh
     ampkit_train(tmp_path / "one", "--steps", "4", "--batch-size", "8")
     ampkit_train(
         tmp_path / "fsdp",
@@ -73,7 +75,7 @@ def test_fsdp2_matches_one_process(tmp_path):
         "--nproc",
         "2",
         "--strategy",
-        "fsdp",
+        strategy,
         "--checkpoint-every",
         "2",
     )

@@ -159,10 +159,11 @@ def _positive_or_none(value: float) -> float | None:
 )
 @click.option(
     "--strategy",
-    type=click.Choice(["auto", "ddp", "fsdp", "none"]),
+    type=click.Choice(["auto", "ddp", "fsdp", "hsdp", "none"]),
     default=_DEFAULT["strategy"],
     show_default=True,
-    help="Data parallelism under torchrun: DDP, FSDP2 (fully_shard) or none.",
+    help="Data parallelism under torchrun: DDP, FSDP2 (fully_shard), HSDP (FSDP2 sharded "
+    "within a node, replicated across nodes) or none.",
 )
 @click.option(
     "--nproc",

@@ -49,7 +49,7 @@ class TrainConfig:
             (fp16 -> bf16): weights and optimizer carry over, the loss-scaler state is dropped.
         compile: ``torch.compile`` the model; None: on for fp8 on CUDA, else off.
         compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
-        strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp`` or ``none``.
+        strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp``, ``hsdp`` or ``none``.
         dist_timeout: seconds a collective waits for the other processes before it fails
             (and that a stopping ``--nproc`` job waits for its workers' checkpoint).
         keep_fp32: module names of the GPT to run in fp32 under autocast.
