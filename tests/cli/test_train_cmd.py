@@ -114,6 +114,10 @@ def test_own_data_file(tmp_path):
         (["--device", "tpu:0:0"], "device"),
         (["--precision", "fp8"], "pass emulate=True for tests, or use bf16"),
         (["--update-compensation", "kahan"], "--update-compensation applies to --precision bf16"),
+        (
+            ["--precision", "bf16", "--state-precision", "bf16-stochastic"],
+            "--state-precision applies to --precision bf16-true only, got --precision bf16",
+        ),
     ],
 )
 def test_bad_input_gets_one_line_and_exit_2(args, needle):
@@ -200,6 +204,37 @@ def test_bf16_true_run_trains_in_bf16(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["update_compensation"] == "kahan"
     assert summary["lost_updates"] == rows[-1]["lost_updates"]
+
+
+def test_bf16_true_state_precision_is_named_in_the_summary_and_fixed_on_resume(tmp_path):
+    out = tmp_path / "run"
+    tiny = [*SMALL, "--n-layer", "1", "--n-embd", "32", "--precision", "bf16-true", "--out"]
+    args = ["--state-precision", "bf16-stochastic", "--steps", "3", "--checkpoint-every", "3"]
+    result = invoke(*tiny, str(out), *args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["state_precision"] == "bf16-stochastic"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert summary["lost_state_updates"] == rows[-1]["lost_state_updates"]
+    lost = f"{rows[-1]['lost_state_updates']:.2%} of the last logged step's state updates"
+    line = "state  optimizer state in bf16, stochastic rounding (bf16-stochastic); " + lost
+    assert line in result.output
+
+    # the state's dtype is in the checkpoint: a resume in another state precision is refused
+    again = ["--state-precision", "fp32", "--steps", "6", "--resume", "auto"]
+    refused = CliRunner().invoke(main, ["train", *tiny, str(out), *again])
+    assert refused.exit_code == 2
+    (error,) = [x for x in refused.stderr.splitlines() if x.strip()]
+    assert "--state-precision bf16-stochastic (now fp32)" in error
+
+
+def test_bf16_true_default_state_is_fp32_in_the_summary(tmp_path):
+    result = invoke(*SMALL, "--steps", "2", "--n-layer", "1", "--n-embd", "32",
+                    "--precision", "bf16-true", "--out", str(tmp_path))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "state  optimizer state in fp32\n" in result.output
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["state_precision"], summary["lost_state_updates"]) == ("fp32", 0.0)
 
 
 @pytest.mark.filterwarnings("default::ampkit.errors.PrecisionWarning")

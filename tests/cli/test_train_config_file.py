@@ -66,3 +66,17 @@ def test_a_run_from_a_file_records_the_effective_settings(tmp_path):
     assert (recorded["steps"], recorded["seq_len"], recorded["warmup_steps"]) == (3, 16, 1)
     assert recorded["lr"] == 0.001
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_state_precision_is_a_key_of_the_file_and_of_print_config(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('precision = "bf16-true"\nstate-precision = "bf16-kahan"\n')
+    printed = invoke("--config", str(path), "--print-config")
+    assert printed.exit_code == 0, printed.output
+    assert tomllib.loads(printed.output)["state_precision"] == "bf16-kahan"
+    assert "state_precision" not in tomllib.loads(invoke("--print-config").output)  # default
+    path.write_text('precision = "bf16"\nstate_precision = "bf16-kahan"\n')
+    refused = invoke("--config", str(path), "--steps", "1")
+    lines = [line for line in refused.output.splitlines() if line.strip()]
+    assert refused.exit_code == 2 and len(lines) == 1
+    assert "--state-precision applies to --precision bf16-true only" in lines[0]

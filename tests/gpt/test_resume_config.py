@@ -42,6 +42,22 @@ def test_changed_settings_are_refused_all_at_once_as_flags():
     assert "checkpoint_dir" not in message and "resume=" not in message
 
 
+def test_a_changed_state_precision_is_refused_also_against_an_older_record():
+    with pytest.raises(ConfigurationError, match=r"--state-precision \(none\) \(now bf16-kahan\)"):
+        check(TrainConfig(seed=1, batch_size=4, out="runs/a", state_precision="bf16-kahan"))
+    older = {k: v for k, v in SAVED.items() if k != "state_precision"}  # before the option
+    with pytest.raises(ConfigurationError, match="--state-precision"):
+        check_resume_config(
+            older,
+            TrainConfig(seed=1, batch_size=4, out="runs/a", state_precision="bf16-stochastic"),
+            data_sha256="abc",
+            precision="bf16-true",
+            saved_precision="bf16-true",
+            checkpoint="runs/a/checkpoints/step-00000004",
+        )
+    assert check(TrainConfig(seed=1, batch_size=4, out="runs/a")) == []
+
+
 def test_a_moved_but_identical_data_file_is_fine():
     assert check(TrainConfig(seed=1, batch_size=4, data="moved.txt")) == []
 

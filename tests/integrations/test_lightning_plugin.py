@@ -212,6 +212,15 @@ def test_bf16_true_logs_lost_updates(tmp_path):
     assert all(v < 0.05 for v in lost["kahan"]), lost
 
 
+def test_bf16_true_state_precision_goes_into_the_mode_and_the_optimizer():
+    precision = AmpkitPrecision("bf16-true", "cpu", bf16_true_state_precision="bf16-stochastic")
+    assert precision.mp.mode.state_precision == "bf16-stochastic"
+    opt = precision.mp.prepare_optimizer(torch.optim.AdamW(nn.Linear(2, 2).bfloat16().parameters()))
+    assert isinstance(opt, ampkit.CompensatedOptimizer) and opt.state_precision == "bf16-stochastic"
+    with pytest.raises(ConfigurationError, match="bf16_true_state_precision: given, but"):
+        AmpkitPrecision("bf16", "cpu", bf16_true_state_precision="bf16-kahan")
+
+
 def test_keep_fp32_runs_the_island_in_fp32(tmp_path):
     for keep, expected in ((["net.2"], torch.float32), (None, torch.bfloat16)):
         seen: dict[str, torch.dtype] = {}

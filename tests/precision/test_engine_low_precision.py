@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+import ampkit
 from ampkit import CompensatedOptimizer, ConfigurationError, MixedPrecision, PrecisionWarning
 
 
@@ -46,3 +47,46 @@ def test_option_checks():
         MixedPrecision("bf16-true", "cpu", update_compensation="kahn")
     with pytest.raises(ConfigurationError, match="bf16_true_keep_fp32: given, but the precision"):
         MixedPrecision("fp32", "cpu", bf16_true_keep_fp32=())
+
+
+def _train_bf16_true(mp: MixedPrecision) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 1))
+    x = torch.randn(32, 8)
+    y = x.sum(dim=1, keepdim=True)
+    with mp:
+        model = mp.prepare_model(model)
+        opt = mp.prepare_optimizer(torch.optim.AdamW(model.parameters(), lr=1e-3))
+        for _ in range(5):
+            with mp.autocast():
+                loss = nn.functional.mse_loss(model(x).float(), y)
+            mp.backward(loss)
+            mp.step(opt)
+    return model, opt
+
+
+@pytest.mark.parametrize("state", ["bf16-stochastic", "bf16-kahan"])
+def test_state_precision_keyword_trains_like_the_mode_object(state):
+    by_keyword, opt = _train_bf16_true(
+        MixedPrecision("bf16-true", "cpu", bf16_true_state_precision=state)
+    )
+    by_mode, _ = _train_bf16_true(MixedPrecision(ampkit.Bf16True(state_precision=state), "cpu"))
+    assert opt.state_precision == state
+    assert opt.state[by_keyword[0].weight]["exp_avg_sq"].dtype == torch.bfloat16
+    for a, b in zip(by_keyword.parameters(), by_mode.parameters(), strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+def test_state_precision_keyword_checks():
+    with pytest.warns(PrecisionWarning, match="state_precision='bf16' under bf16-true"):
+        MixedPrecision("bf16-true", "cpu", bf16_true_state_precision="bf16")
+    with pytest.raises(ConfigurationError, match="state_precision"):
+        MixedPrecision("bf16-true", "cpu", bf16_true_state_precision="bf8")
+    with pytest.raises(
+        ConfigurationError,
+        match="bf16_true_state_precision: given, but the precision is bf16; it applies to "
+        "bf16-true only",
+    ):
+        MixedPrecision("bf16", "cpu", bf16_true_state_precision="bf16-stochastic")
+    with pytest.raises(ConfigurationError, match="given next to the mode object"):
+        MixedPrecision(ampkit.Bf16True(), "cpu", bf16_true_state_precision="fp32")

@@ -78,6 +78,42 @@ def test_bf16_true_options_need_bf16_true():
         ampkit.MixedPrecision(ampkit.Bf16True(), "cpu", update_compensation="kahan")
 
 
+def test_fit_result_names_the_state_precision_and_its_lost_updates():
+    rows = Rows()
+    result = Trainer(
+        _model(),
+        lambda p: torch.optim.AdamW(p, lr=1e-3),
+        loss_fn=nn.functional.mse_loss,
+        max_steps=4,
+        precision=ampkit.Bf16True(state_precision="bf16-stochastic"),
+        batch_size=16,
+        logging=ampkit.LoggingConfig(log_every=2),
+        callbacks=[rows],
+    ).fit(_data())
+    assert result.state_precision == "bf16-stochastic"
+    assert result.lost_state_updates is not None
+    assert result.lost_state_updates == rows.rows[-1].lost_state_updates
+    fp32 = Trainer(
+        _model(),
+        lambda p: torch.optim.AdamW(p, lr=1e-3),
+        loss_fn=nn.functional.mse_loss,
+        max_steps=2,
+        precision="bf16-true",
+        batch_size=16,
+        logging=ampkit.LoggingConfig(log_every=1),
+    ).fit(_data())
+    assert (fp32.state_precision, fp32.lost_state_updates) == ("fp32", 0.0)
+    bf16 = Trainer(
+        _model(),
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        loss_fn=nn.functional.mse_loss,
+        max_steps=1,
+        precision="bf16",
+        batch_size=16,
+    ).fit(_data())
+    assert (bf16.state_precision, bf16.lost_state_updates) == (None, None)
+
+
 def test_fp8_on_cuda_compiles_by_default_and_warns_when_compile_is_off():
     h100 = HardwareInfo(
         device=torch.device("cuda", 0),

@@ -223,6 +223,14 @@ def _positive_or_none(value: float) -> float | None:
     "(warns: small updates are lost). [default: kahan]",
 )
 @click.option(
+    "--state-precision",
+    type=click.Choice(["fp32", "bf16-stochastic", "bf16-kahan", "bf16"]),
+    default=None,
+    help="bf16-true only: keep the optimizer state of the bf16 weights in fp32, in bf16 with "
+    "stochastic rounding, in bf16 with a Kahan residual, or in plain bf16 (warns: AdamW's "
+    "second moment drifts up). Fixed for the run: a resume must keep it. [default: fp32]",
+)
+@click.option(
     "--logger",
     "loggers",
     multiple=True,
@@ -268,6 +276,7 @@ def train(**options: Any) -> None:
       ampkit train --nproc 2 --batch-size 8    # = torchrun --nproc_per_node=2 -m ampkit train
       ampkit train --nproc 8 --nnodes 2 --node-rank 0 --master-addr node01 --out /shared/a
       ampkit train --print-config > run.toml   # then: ampkit train --config run.toml
+      ampkit train --precision bf16-true --state-precision bf16-stochastic
     """
     import os
 
@@ -614,6 +623,13 @@ _COMPENSATION = {
     "stochastic": "stochastic rounding",
     "none": "no compensation",
 }
+#: How bf16-true stores the optimizer state, in the summary's words.
+_STATE = {
+    "fp32": "fp32",
+    "bf16-stochastic": "bf16, stochastic rounding",
+    "bf16-kahan": "bf16, Kahan-compensated",
+    "bf16": "bf16, round to nearest",
+}
 
 
 def _render_summary(summary: Any) -> str:
@@ -639,6 +655,16 @@ def _render_summary(summary: Any) -> str:
         if summary.lost_updates is not None:
             how += f"; {summary.lost_updates:.2%} of the last logged step's updates rounded away"
         rows.insert(5, ("updates", f"bf16 weights, {how}"))
+    if summary.state_precision is not None:
+        kept = _STATE.get(summary.state_precision, summary.state_precision)
+        if kept != summary.state_precision:
+            kept += f" ({summary.state_precision})"
+        if summary.lost_state_updates is not None and summary.state_precision != "fp32":
+            kept += (
+                f"; {summary.lost_state_updates:.2%} of the last logged step's state updates "
+                "rounded away"
+            )
+        rows.insert(6, ("state", f"optimizer state in {kept}"))
     if summary.world_size > 1:
         rows.insert(1, ("processes", f"{summary.world_size} (batch per process)"))
     rows.extend(("note", note) for note in summary.notes)

@@ -55,6 +55,9 @@ class TrainConfig:
         keep_fp32: module names of the GPT to run in fp32 under autocast.
         detect_nonfinite: stop at the first inf/NaN and name the module that made it.
         update_compensation: bf16-true only: ``kahan`` (default), ``stochastic`` or ``none``.
+        state_precision: bf16-true only: the optimizer state of the bf16 parameters in
+            ``fp32`` (default), ``bf16-stochastic``, ``bf16-kahan`` or ``bf16``; recorded in
+            the checkpoint (a resume with another one is refused).
         loggers: experiment trackers that get every logged step besides ``metrics.jsonl``:
             ``tensorboard`` (under ``out/tensorboard``; also on by itself when installed and
             ``out`` is set), ``mlflow`` (a file store under ``out/mlruns``, or MLflow's own
@@ -92,6 +95,7 @@ class TrainConfig:
     detect_nonfinite: bool = False
     overwrite: bool = False
     update_compensation: str | None = None
+    state_precision: str | None = None
     loggers: tuple[str, ...] = ()
 
     def validate(self) -> None:
@@ -105,13 +109,15 @@ class TrainConfig:
             for name, ok, rule in self._checks()
             if not ok
         ]
-        if self.update_compensation is not None and not _takes(
-            self.precision, "update_compensation"
+        for name, option in (
+            ("update_compensation", "update_compensation"),
+            ("state_precision", "bf16_true_state_precision"),
         ):
-            problems.append(
-                f"--update-compensation applies to --precision bf16-true only, got --precision "
-                f"{self.precision}"
-            )
+            if getattr(self, name) is not None and not _takes(self.precision, option):
+                problems.append(
+                    f"--{name.replace('_', '-')} applies to --precision bf16-true only, got "
+                    f"--precision {self.precision}"
+                )
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
         if self.overwrite and self.resume:
@@ -208,6 +214,7 @@ class TrainConfig:
                     "resume",
                     "compile_mode",
                     "update_compensation",
+                    "state_precision",
                 )
             ),
             (

@@ -67,6 +67,8 @@ class TrainSummary:
     notes: list[str] = field(default_factory=list)
     update_compensation: str | None = None
     lost_updates: float | None = None
+    state_precision: str | None = None
+    lost_state_updates: float | None = None
     scale_history: list[tuple[int, float]] = field(default_factory=list)
     config: dict[str, object] = field(default_factory=dict)
     nothing_to_do: str | None = None
@@ -163,7 +165,11 @@ def _resolve(
     (default: ``config.device``)."""
     config.validate()
     policy = resolve_precision(config.precision, device or config.device)
-    mode = precision_mode(policy, update_compensation=config.update_compensation)
+    mode = precision_mode(
+        policy,
+        update_compensation=config.update_compensation,
+        bf16_true_state_precision=config.state_precision,
+    )
     corpus = load_corpus(config.data)
     corpus.validate(config.batch_size, config.seq_len, world_size=world_size)
     return corpus, mode
@@ -395,6 +401,8 @@ def _train(
         scale_history=result.scale_history,
         update_compensation=result.update_compensation,
         lost_updates=result.lost_updates,
+        state_precision=result.state_precision,
+        lost_state_updates=result.lost_state_updates,
         config=config.to_dict(),
     )
     if out and trainer.is_main:

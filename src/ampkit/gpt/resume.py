@@ -63,6 +63,10 @@ APPLIED = frozenset({"lr"})
 CARRIED = ("steps", "log_every", "checkpoint_every", "keep_last")
 #: Loss-scaler settings: restored from the checkpoint under fp16, unused otherwise.
 _SCALER = frozenset({"init_scale", "growth_interval"})
+#: Settings added after checkpoints first recorded theirs, with the value a record without
+#: them was trained with: such a record is compared as if it held that value (a bf16 state
+#: asked for on the resume of an older checkpoint, whose state is fp32, is refused).
+_ADDED: dict[str, Any] = {"state_precision": None}
 
 
 def run_record(config: TrainConfig, data_sha256: str) -> dict[str, Any]:
@@ -165,16 +169,15 @@ def check_resume_config(
     if resharded:
         notes.append(resharded)
     for name, now in current.items():
-        if name in FREE or name in APPLIED or name not in saved:
+        if name in FREE or name in APPLIED or (name not in saved and name not in _ADDED):
             continue
         if resharded and name == "batch_size":
             continue
         if name in _SCALER and not uses_scaler:
             continue
-        if saved[name] != now:
-            differences.append(
-                f"{_flag(name)} {_shown(name, saved[name])} (now {_shown(name, now)})"
-            )
+        before = saved.get(name, _ADDED.get(name))
+        if before != now:
+            differences.append(f"{_flag(name)} {_shown(name, before)} (now {_shown(name, now)})")
     recorded = saved.get("data_sha256")
     if recorded is not None and recorded != data_sha256:
         differences.append(

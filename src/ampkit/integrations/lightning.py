@@ -76,6 +76,8 @@ class AmpkitPrecision(_Precision):
             ``"none"``.
         bf16_true_keep_fp32: bf16-true only: modules kept in fp32 weights (None: embeddings,
             norms and the final projection).
+        bf16_true_state_precision: bf16-true only: the optimizer state of the bf16 parameters
+            in ``"fp32"`` (default), ``"bf16-stochastic"``, ``"bf16-kahan"`` or ``"bf16"``.
 
     Attributes:
         mp: the :class:`~ampkit.MixedPrecision` holding the policy and the scaler.
@@ -97,12 +99,14 @@ class AmpkitPrecision(_Precision):
         keep_fp32: Sequence[str | type[nn.Module]] | None = None,
         update_compensation: str | None = None,
         bf16_true_keep_fp32: Sequence[str | type[nn.Module]] | None = None,
+        bf16_true_state_precision: str | None = None,
     ) -> None:
         self._requested = precision
         self._options: dict[str, Any] = {
             "scaler": scaler,
             "update_compensation": update_compensation,
             "bf16_true_keep_fp32": bf16_true_keep_fp32,
+            "bf16_true_state_precision": bf16_true_state_precision,
         }
         self.keep_fp32 = None if keep_fp32 is None else list(keep_fp32)
         self._islands: Any = None

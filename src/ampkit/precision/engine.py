@@ -215,6 +215,9 @@ class MixedPrecision:
             ``"none"`` (warns: small updates are lost); applied by :meth:`prepare_optimizer`.
         bf16_true_keep_fp32: bf16-true only: module names or types :meth:`prepare_model`
             keeps in fp32; None keeps embeddings, norms and the final projection.
+        bf16_true_state_precision: bf16-true only: how :meth:`prepare_optimizer` stores the
+            optimizer state of the bf16 parameters: ``"fp32"`` (default), ``"bf16-stochastic"``,
+            ``"bf16-kahan"`` or ``"bf16"`` (warns: AdamW's second moment drifts up).
 
     Use it as a context manager (``with MixedPrecision(...) as mp:``) so that global settings
     of the policy (TF32) are applied for the run and restored afterwards. For ``fp8`` and
@@ -227,7 +230,8 @@ class MixedPrecision:
         UnsupportedPrecisionError: the device cannot run the precision.
 
     Warns:
-        PrecisionWarning: ``update_compensation="none"`` under bf16-true.
+        PrecisionWarning: ``update_compensation="none"`` or
+            ``bf16_true_state_precision="bf16"`` under bf16-true.
     """
 
     def __init__(
@@ -243,6 +247,7 @@ class MixedPrecision:
         fp8_plan: Fp8Plan | None = None,
         update_compensation: str | None = None,
         bf16_true_keep_fp32: Sequence[str | type[torch.nn.Module]] | None = None,
+        bf16_true_state_precision: str | None = None,
     ) -> None:
         _check_grad_accum_steps(grad_accum_steps)
         if max_grad_norm is not None and not is_number(max_grad_norm, 0, open_low=True):
@@ -258,6 +263,7 @@ class MixedPrecision:
             "fp8_plan": fp8_plan,
             "update_compensation": update_compensation,
             "bf16_true_keep_fp32": bf16_true_keep_fp32,
+            "bf16_true_state_precision": bf16_true_state_precision,
         }
         if isinstance(precision, PrecisionMode):
             mode = precision_mode(precision, **options)  # refuses options next to a mode

@@ -33,6 +33,12 @@ class FitResult:
             ``"stochastic"`` or ``"none"``); None for the other precisions.
         lost_updates: bf16-true only: the share of intended weight updates the bf16 weights
             rounded away, at the last logged step (None before the first log, or otherwise).
+        state_precision: bf16-true only: how the optimizer state of the bf16 parameters is
+            stored (``"fp32"``, ``"bf16-stochastic"``, ``"bf16-kahan"`` or ``"bf16"``); None
+            for the other precisions.
+        lost_state_updates: bf16-true only: the share of intended optimizer-state updates
+            the bf16 state rounded away, at the last logged step (0.0 under fp32 state; None
+            before the first log, or otherwise).
         eval_history: every evaluation of ``EvalConfig`` this call ran, in order (step, mean
             loss, each metric's value; :class:`~ampkit.trainer.evaluation.EvalResult`);
             empty without ``eval=``. A resumed run lists the evaluations after the resume.
@@ -58,6 +64,8 @@ class FitResult:
     update_compensation: str | None = None
     lost_updates: float | None = None
     eval_history: list[EvalResult] = field(default_factory=list)
+    state_precision: str | None = None
+    lost_state_updates: float | None = None
 
     @property
     def last_eval(self) -> EvalResult | None:

@@ -210,7 +210,12 @@ def test_bf16_true_measures_lost_updates_on_a_logged_step_and_reports_them():
             "lost_updates": 1.0,
             "lost_state_updates": 0.0,  # the default state is fp32: nothing rounded
         }
-    assert mp.mode.result_fields() == {"update_compensation": "none", "lost_updates": 1.0}
+    assert mp.mode.result_fields() == {
+        "update_compensation": "none",
+        "lost_updates": 1.0,
+        "state_precision": "fp32",
+        "lost_state_updates": 0.0,
+    }
 
 
 # -- fp8 (emulated on the CPU) ---------------------------------------------------------------

@@ -113,8 +113,8 @@ def _owner(option: str) -> str | None:
 
 def precision_mode(precision: str | Policy | PrecisionMode, **options: Any) -> PrecisionMode:
     """The mode of ``precision`` with ``options`` (the :class:`~ampkit.MixedPrecision`
-    keywords of a mode: ``fp8_plan``, ``update_compensation``, ``bf16_true_keep_fp32``; a
-    value of None counts as not given).
+    keywords of a mode: ``fp8_plan``, ``update_compensation``, ``bf16_true_keep_fp32``,
+    ``bf16_true_state_precision``; a value of None counts as not given).
 
     A :class:`~ampkit.Policy` gives a mode bound to it; a spelling (not ``"auto"``) an
     unbound one (the doctor's: nothing about the hardware is asked); a mode is returned as is.

@@ -61,6 +61,7 @@ class Bf16True(PrecisionMode):
     options: ClassVar[Mapping[str, str]] = {
         "update_compensation": "update_compensation",
         "bf16_true_keep_fp32": "keep_fp32",
+        "bf16_true_state_precision": "state_precision",
     }
 
     def __init__(
@@ -208,8 +209,14 @@ class Bf16True(PrecisionMode):
         return {"lost_updates": lost.fraction, "lost_state_updates": lost.state_fraction}
 
     def result_fields(self) -> dict[str, Any]:
-        """``update_compensation`` and the ``lost_updates`` of the last logged step."""
-        return {"update_compensation": self.update_compensation, "lost_updates": self._lost}
+        """``update_compensation``, ``state_precision`` and the ``lost_updates`` and
+        ``lost_state_updates`` of the last logged step."""
+        return {
+            "update_compensation": self.update_compensation,
+            "lost_updates": self._lost,
+            "state_precision": self.state_precision,
+            "lost_state_updates": self._lost_state,
+        }
 
     def doctor_sections(
         self,
