@@ -118,3 +118,26 @@ def test_carry_over_of_a_damaged_record_is_refused():
     saved = {**run_record(TrainConfig(out="runs/a"), "abc"), "keep_last": "two"}
     with pytest.raises(ConfigurationError, match="--keep-last must be an integer >= 1"):
         carry_over(saved, TrainConfig(out="runs/a", resume="auto"), given=set())
+
+
+@pytest.mark.parametrize(
+    ("name", "default"), [("state_precision", "fp32"), ("update_compensation", "kahan")]
+)
+def test_a_bf16_true_default_left_unset_and_spelled_out_are_the_same_run(name, default):
+    spelled = TrainConfig(
+        seed=1, batch_size=4, out="runs/a", precision="bf16-true", **{name: default}
+    )
+    unset = TrainConfig(seed=1, batch_size=4, out="runs/a", precision="bf16-true")
+    for saved, now in ((unset, spelled), (spelled, unset)):
+        record = run_record(saved, "abc")
+        assert (
+            check_resume_config(
+                record,
+                now,
+                data_sha256="abc",
+                precision="bf16-true",
+                saved_precision="bf16-true",
+                checkpoint="runs/a/checkpoints/step-00000004",
+            )
+            == []
+        )

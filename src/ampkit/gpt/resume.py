@@ -67,6 +67,13 @@ _SCALER = frozenset({"init_scale", "growth_interval"})
 #: them was trained with: such a record is compared as if it held that value (a bf16 state
 #: asked for on the resume of an older checkpoint, whose state is fp32, is refused).
 _ADDED: dict[str, Any] = {"state_precision": None}
+#: What an option left unset means (bf16-true's defaults): unset and the default spelled out
+#: are the same run, so a resume may give either.
+_DEFAULTS: dict[str, Any] = {"update_compensation": "kahan", "state_precision": "fp32"}
+
+
+def _effective(name: str, value: Any) -> Any:
+    return _DEFAULTS.get(name, value) if value is None else value
 
 
 def run_record(config: TrainConfig, data_sha256: str) -> dict[str, Any]:
@@ -176,7 +183,7 @@ def check_resume_config(
         if name in _SCALER and not uses_scaler:
             continue
         before = saved.get(name, _ADDED.get(name))
-        if before != now:
+        if _effective(name, before) != _effective(name, now):
             differences.append(f"{_flag(name)} {_shown(name, before)} (now {_shown(name, now)})")
     recorded = saved.get("data_sha256")
     if recorded is not None and recorded != data_sha256:
