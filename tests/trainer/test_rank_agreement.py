@@ -17,6 +17,8 @@ from ampkit.errors import RanksDisagreeError
 from ampkit.trainer.checkpoint import choose_resume_checkpoint
 from ampkit.trainer.distributed import DistContext, agree_on_end, ranks_listed
 
+# Each rank writes its lines in one write(): print() writes the text and the newline apart, so
+# the two ranks' lines could interleave on the shared stderr pipe.
 WORKER = """
 import os, sys, torch
 from torch import nn
@@ -35,14 +37,14 @@ from ampkit.trainer.distributed import agree_on_end
 try:  # the end agreement: the ranks claim different last steps
     agree_on_end(trainer.dist, 3 + rank)
 except RanksDisagreeError as exc:
-    print(f"end {rank}: {exc}", file=sys.stderr)
+    sys.stderr.write(f"end {rank}: {exc}\\n")
 try:
     with trainer:
         trainer.fit(data)
 except RanksDisagreeError as exc:
-    print(f"rank {rank}: {exc}", file=sys.stderr)
+    sys.stderr.write(f"rank {rank}: {exc}\\n")
     sys.exit(3)
-print(f"rank {rank}: trained", file=sys.stderr)
+sys.stderr.write(f"rank {rank}: trained\\n")
 """
 
 

@@ -127,14 +127,16 @@ def _destroy_at_exit() -> None:
     is unwound, and the process aborts ("terminate called without an active exception", seen
     in gdb as ``~AsyncAllgatherWork`` -> ``decref_pyobject`` -> ``take_gil`` ->
     ``pthread_exit`` in ``ProcessGroupGloo::runLoop``). Sleeping here, before finalization,
-    releases the GIL so those threads finish. (Only processes that joined a group of
-    several ranks: ``init_distributed`` registers this hook only then.)
+    releases the GIL so those threads finish. (Only processes that trained with several
+    ranks: :func:`init_distributed` registers this hook only then, also when the caller owns
+    the group.)
     """
     global _first_store
     if _created and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    if _joins:  # also after Trainer.close(): the wrapped model may still hold the group
-        time.sleep(_TRANSPORT_GRACE_S)
+    # also after Trainer.close(), and for a group the caller made: a wrapped model may still
+    # hold the group, and its threads their last collective
+    time.sleep(_TRANSPORT_GRACE_S)
     _first_store = None  # release the store before the interpreter's teardown, not during it
 
 
@@ -146,6 +148,8 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
     """
     if dist.is_available() and dist.is_initialized():
         local = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
+        if dist.get_world_size() > 1:
+            _register_exit_hook()
         return DistContext(dist.get_rank(), dist.get_world_size(), local, owns_group=False)
     world = launched_world_size()
     if world <= 1:
@@ -165,16 +169,21 @@ def init_distributed(device_type: str, timeout_s: float = 600.0) -> DistContext:
         timeout=datetime.timedelta(seconds=timeout_s),
         **_rejoin_store(),
     )
-    global _created, _exit_hook, _joins, _first_store
+    global _created, _joins, _first_store
     _created = True
     if _first_store is None:
         default_store = getattr(dist.distributed_c10d, "_get_default_store", None)
         _first_store = default_store() if default_store is not None else None
     _joins += 1
+    _register_exit_hook()
+    return DistContext(rank, world, local, owns_group=True)
+
+
+def _register_exit_hook() -> None:
+    global _exit_hook
     if not _exit_hook:
         atexit.register(_destroy_at_exit)
         _exit_hook = True
-    return DistContext(rank, world, local, owns_group=True)
 
 
 def teardown_distributed(ctx: DistContext, *, wait_for_all: bool = False) -> None:
