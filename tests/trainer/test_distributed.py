@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import time
 import warnings
 from pathlib import Path
 
@@ -91,6 +92,11 @@ def _worker(rank: int, store: str, out: str, precision: str) -> None:
         )
     finally:
         dist.destroy_process_group()
+        # This worker made its own group (no Trainer, so not ampkit's exit hook): give gloo's
+        # threads the GIL to release their last collective before the interpreter finalizes,
+        # as ampkit.trainer.distributed's exit hook does (else it may abort, "terminate called
+        # without an active exception").
+        time.sleep(0.25)
 
 
 def run_ddp(tmp_path: Path, precision: str) -> list[dict]:
