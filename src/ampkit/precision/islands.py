@@ -24,7 +24,7 @@ engine's ``mp.autocast()`` region then skips them::
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -33,7 +33,7 @@ from torch import nn
 from ampkit._tree import to_fp32
 from ampkit.errors import ConfigurationError
 
-__all__ = ["Fp32Islands", "keep_fp32"]
+__all__ = ["Fp32Islands", "keep_fp32", "select_modules"]
 
 
 def _first_device_type(module: nn.Module, values: Iterable[Any]) -> str:
@@ -121,6 +121,29 @@ def keep_fp32(model: nn.Module, targets: Iterable[str | type[nn.Module]]) -> Fp3
         ConfigurationError: a name is not a module of ``model`` (with a did-you-mean), a type
             matches no module, or a target is neither a string nor an ``nn.Module`` subclass.
     """
+    return Fp32Islands(select_modules(model, targets, "keep_fp32"))
+
+
+def select_modules(
+    model: nn.Module,
+    targets: Iterable[str | type[nn.Module]],
+    argument: str,
+    *,
+    check_named: Callable[[str, nn.Module], None] | None = None,
+) -> list[tuple[str, nn.Module]]:
+    """The modules of ``model`` that ``targets`` choose, as ``(name, module)`` in
+    ``named_modules`` order: names exactly as ``model.named_modules()`` spells them, and
+    ``nn.Module`` subclasses (every module of that type). The one resolver of module targets
+    (``keep_fp32``, ``activation_checkpointing``).
+
+    Args:
+        argument: the argument named in errors.
+        check_named: called with each module chosen by name, to refuse it (raise).
+
+    Raises:
+        ConfigurationError: a name is not a module of ``model`` (with a did-you-mean), a type
+            matches no module, or a target is neither a string nor an ``nn.Module`` subclass.
+    """
     named = dict(model.named_modules())
     chosen: dict[str, nn.Module] = {}
     for target in targets:
@@ -129,24 +152,27 @@ def keep_fp32(model: nn.Module, targets: Iterable[str | type[nn.Module]]) -> Fp3
                 guess = difflib.get_close_matches(target, [n for n in named if n], n=1)
                 hint = f" Did you mean {guess[0]!r}?" if guess else ""
                 raise ConfigurationError(
-                    f"keep_fp32: {target!r} is not a module of {type(model).__name__}.{hint} "
+                    f"{argument}: {target!r} is not a module of {type(model).__name__}.{hint} "
                     "Use names as model.named_modules() spells them.",
-                    argument="keep_fp32",
+                    argument=argument,
                 )
+            if check_named is not None:
+                check_named(target, named[target])
             chosen[target] = named[target]
         elif isinstance(target, type) and issubclass(target, nn.Module):
             hits = {n: m for n, m in named.items() if isinstance(m, target)}
             if not hits:
                 raise ConfigurationError(
-                    f"keep_fp32: no module of {type(model).__name__} is a {target.__name__}. "
+                    f"{argument}: no module of {type(model).__name__} is a {target.__name__}. "
                     "Pass module types the model contains, or module names.",
-                    argument="keep_fp32",
+                    argument=argument,
                 )
             chosen.update(hits)
         else:
             raise ConfigurationError(
-                f"keep_fp32: {target!r} is neither a module name nor an nn.Module subclass. "
+                f"{argument}: {target!r} is neither a module name nor an nn.Module subclass. "
                 "Pass names such as 'head' or types such as nn.LayerNorm.",
-                argument="keep_fp32",
+                argument=argument,
             )
-    return Fp32Islands(sorted(chosen.items(), key=lambda item: list(named).index(item[0])))
+    order = list(named)
+    return sorted(chosen.items(), key=lambda item: order.index(item[0]))

@@ -18,7 +18,6 @@ checkpointing, CPU offload, and recognising a model the user sharded already.
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 from torch import nn
 
 from ampkit.errors import ConfigurationError
+from ampkit.precision.islands import select_modules
 
 __all__ = [
     "apply_activation_checkpointing",
@@ -70,38 +70,19 @@ def _select(
 ) -> list[tuple[str, nn.Module]]:
     """The modules of ``model`` that ``targets`` name, in ``named_modules`` order; a module
     inside an already chosen one is left out (its parent recomputes it)."""
-    named = dict(model.named_modules())
-    chosen: dict[str, nn.Module] = {}
-    for target in targets:
-        if isinstance(target, str):
-            if target not in named:
-                guess = difflib.get_close_matches(target, [n for n in named if n], n=1)
-                hint = f" Did you mean {guess[0]!r}?" if guess else ""
-                raise ConfigurationError(
-                    f"{name}: {target!r} is not a module of {type(model).__name__}.{hint} Use "
-                    "names as model.named_modules() spells them.",
-                    argument=name,
-                )
-            if isinstance(named[target], (nn.ModuleList, nn.ModuleDict)):
-                kind = type(named[target]).__name__
-                raise ConfigurationError(
-                    f"{name}: {target!r} is a {kind}, which is never called, so there is no "
-                    f"forward pass to recompute. Name its modules ('{target}.0', ...) or pass "
-                    "their type.",
-                    argument=name,
-                )
-            chosen[target] = named[target]
-        else:
-            hits = {n: m for n, m in named.items() if isinstance(m, target)}
-            if not hits:
-                raise ConfigurationError(
-                    f"{name}: no module of {type(model).__name__} is a {target.__name__}. "
-                    "Pass module types the model contains, or module names.",
-                    argument=name,
-                )
-            chosen.update(hits)
-    order = list(named)
-    names = sorted(chosen, key=order.index)
+
+    def never_called(target: str, module: nn.Module) -> None:
+        if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+            kind = type(module).__name__
+            raise ConfigurationError(
+                f"{name}: {target!r} is a {kind}, which is never called, so there is no "
+                f"forward pass to recompute. Name its modules ('{target}.0', ...) or pass "
+                "their type.",
+                argument=name,
+            )
+
+    chosen = dict(select_modules(model, targets, name, check_named=never_called))
+    names = list(chosen)  # in named_modules order
     outer = [n for n in names if not any(n != p and n.startswith(f"{p}.") for p in names if p)]
     if "" in outer:
         outer = [""]
