@@ -16,7 +16,9 @@ and by this process's CPU time (``time.process_time``: every thread's, as ampkit
 helper thread; other processes on a shared machine do not inflate it; fsync waits count in
 wall time only), and the peak extra resident memory of one
 save of each variant (``VmHWM`` after resetting it, minus the resident size before), as a
-multiple of the state's size.
+multiple of the state's size. Also the time to verify one written checkpoint (what every load
+and resume does: every file re-hashed with BLAKE3 on all cores), beside hashing the same files
+with SHA-256, which manifests held before format 3, interleaved over the same rounds.
 
     python benchmarks/checkpoint_speed.py                   # 10M and 50M parameters, 5 rounds
     python benchmarks/checkpoint_speed.py --sizes 10 --rounds 9 --json out.json
@@ -39,7 +41,8 @@ from typing import Any
 
 import torch
 
-from ampkit.checkpoint.folder import write_checkpoint
+from ampkit.checkpoint._digest import file_digest
+from ampkit.checkpoint.folder import verify_checkpoint, write_checkpoint
 
 WIDTH = 1024
 
@@ -113,6 +116,25 @@ def peak_extra(save: Callable, weights: dict, state: dict, root: Path) -> float 
         return None
 
 
+def verify_times(weights: dict, state: dict, root: Path, rounds: int) -> dict[str, float]:
+    """Median seconds to verify one checkpoint, and to SHA-256 the same files, interleaved."""
+    where = Path(tempfile.mkdtemp(dir=root)) / "ckpt"
+    path = write_checkpoint(where, 1, weights, state)
+    files = [p for p in path.iterdir() if p.is_file()]
+    variants: dict[str, Callable[[], Any]] = {
+        "verify_blake3_s": lambda: verify_checkpoint(path),
+        "sha256_s": lambda: [file_digest(f, "sha256") for f in files],
+    }
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    shutil.rmtree(where.parent)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     if len(values) < 2:
         return values[0], values[0], values[0]
@@ -145,6 +167,7 @@ def main() -> None:
             wall = [a[0] / t[0] for a, t in zip(times["ampkit"], times["torch.save"], strict=True)]
             cpu = [a[1] / t[1] for a, t in zip(times["ampkit"], times["torch.save"], strict=True)]
             peaks = {name: peak_extra(VARIANTS[name], weights, state, root) for name in VARIANTS}
+            verify = verify_times(weights, state, root, args.rounds)
             results.append(
                 {
                     "parameters": count,
@@ -156,6 +179,7 @@ def main() -> None:
                     "peak_extra_x_state": {
                         name: None if peak is None else peak / size for name, peak in peaks.items()
                     },
+                    **verify,
                 }
             )
             del weights, state
@@ -167,7 +191,8 @@ def main() -> None:
     )
     print(
         f"{'params':>8} {'state MB':>9} {'ampkit s':>9} {'torch s':>8} "
-        f"{'wall ratio (IQR)':>22} {'CPU ratio (IQR)':>22} {'peak extra x state':>26}"
+        f"{'wall ratio (IQR)':>22} {'CPU ratio (IQR)':>22} {'peak extra x state':>26} "
+        f"{'verify s':>9} {'SHA-256 s':>10}"
     )
     for r in results:
         w, c, p = r["wall_ratio"], r["cpu_ratio"], r["peak_extra_x_state"]
@@ -175,7 +200,8 @@ def main() -> None:
         print(
             f"{r['parameters'] / 1e6:>7.1f}M {r['state_mb']:>9.0f} {r['ampkit_wall_s']:>9.2f} "
             f"{r['torch_wall_s']:>8.2f} {w[1]:>8.2f} ({w[0]:.2f}-{w[2]:.2f}) "
-            f"{c[1]:>10.2f} ({c[0]:.2f}-{c[2]:.2f}) {peak:>17} (ampkit / torch)"
+            f"{c[1]:>10.2f} ({c[0]:.2f}-{c[2]:.2f}) {peak:>17} (ampkit / torch) "
+            f"{r['verify_blake3_s']:>9.3f} {r['sha256_s']:>10.3f}"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

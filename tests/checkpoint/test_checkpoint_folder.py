@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import subprocess
@@ -125,7 +126,47 @@ def test_manifest_is_json_with_sizes(tmp_path):
     manifest = json.loads((path / "manifest.json").read_text())
     for name, entry in manifest["files"].items():
         assert (path / name).stat().st_size == entry["bytes"]
-        assert len(entry["sha256"]) == 64
+        assert len(entry["blake3"]) == 64
+
+
+def _as_format_2(path) -> None:
+    """Rewrite a checkpoint's manifest as ampkit wrote it before BLAKE3: format 2, SHA-256."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["format"] = 2
+    manifest["files"] = {
+        name: {
+            "sha256": hashlib.sha256((path / name).read_bytes()).hexdigest(),
+            "bytes": e["bytes"],
+        }
+        for name, e in manifest["files"].items()
+    }
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_checkpoint_hashed_with_sha256_by_an_older_ampkit_still_verifies(tmp_path):
+    path = write(tmp_path, 4)
+    _as_format_2(path)
+    assert verify_checkpoint(path)["format"] == 2
+    weights, state, _ = load_checkpoint(path)
+    assert weights is not None and torch.equal(weights["w"], torch.full((3, 4), 4.0))
+    assert state["step"] == 4
+    data = bytearray((path / "state.pt").read_bytes())
+    data[len(data) // 2] ^= 1  # one bit flipped, the size unchanged
+    (path / "state.pt").write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="state.pt is corrupt .*SHA-256 differs"):
+        verify_checkpoint(path)
+
+
+def test_every_digest_an_entry_lists_is_checked(tmp_path):
+    path = write(tmp_path, 4)
+
+    def add_wrong_sha256(m):
+        m["files"]["model.safetensors"]["sha256"] = "0" * 64  # beside the right BLAKE3
+        return m
+
+    rewrite_manifest(path, add_wrong_sha256)
+    with pytest.raises(CheckpointError, match="model.safetensors is corrupt .*SHA-256 differs"):
+        verify_checkpoint(path)
 
 
 def test_damaged_checkpoint_of_same_step_is_kept_aside_not_overwritten(tmp_path):
@@ -161,12 +202,17 @@ def _files_as_list(m):
 
 
 def _entry_as_list(m):
-    m["files"]["model.safetensors"] = ["sha256", 1]
+    m["files"]["model.safetensors"] = ["blake3", 1]
     return m
 
 
-def _sha_as_number(m):
-    m["files"]["model.safetensors"]["sha256"] = 12345
+def _digest_as_number(m):
+    m["files"]["model.safetensors"]["blake3"] = 12345
+    return m
+
+
+def _no_digest(m):
+    del m["files"]["model.safetensors"]["blake3"]
     return m
 
 
@@ -184,7 +230,8 @@ def _other_step(m):
         _entry_as_list,
         _drop_bytes,
         _bytes_as_text,
-        _sha_as_number,
+        _digest_as_number,
+        _no_digest,
         _other_step,
         lambda m: {**m, "format": 99},
         lambda m: {**m, "layout": "zip"},
@@ -197,7 +244,8 @@ def _other_step(m):
         "entry-list",
         "no-bytes",
         "bytes-text",
-        "sha-number",
+        "digest-number",
+        "no-digest",
         "other-step",
         "format",
         "layout",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 
+import blake3
 import pytest
 import torch
 from safetensors import safe_open
@@ -35,8 +35,8 @@ def _weights() -> dict[str, torch.Tensor]:
     }
 
 
-def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _b3(data: bytes) -> str:
+    return blake3.blake3(data).hexdigest()
 
 
 def test_the_streamed_file_is_byte_identical_to_safetensors_save(tmp_path):
@@ -46,7 +46,7 @@ def test_the_streamed_file_is_byte_identical_to_safetensors_save(tmp_path):
     stored = {k: v.float().contiguous() for k, v in weights.items() if k != "head"}
     assert found == {"head": "wte"}
     assert data == save(stored, metadata={ALIASES_KEY: json.dumps({"head": "wte"})})
-    assert (digest.sha256, digest.bytes) == (_sha(data), len(data))
+    assert (digest.algorithm, digest.hexdigest, digest.bytes) == ("blake3", _b3(data), len(data))
     loaded = load_file(tmp_path / "w.safetensors")
     assert sorted(loaded) == sorted(stored)
     for name, tensor in stored.items():
@@ -75,7 +75,7 @@ def test_the_manifest_hashes_are_those_of_the_files_on_disk(tmp_path):
     manifest = verify_checkpoint(path)
     for name, entry in manifest["files"].items():
         data = (path / name).read_bytes()
-        assert entry == {"sha256": _sha(data), "bytes": len(data)}, name
+        assert entry == {"blake3": _b3(data), "bytes": len(data)}, name
     loaded, loaded_state, _ = load_checkpoint(path)
     assert loaded is not None and torch.equal(loaded["w"], weights["w"])
     assert torch.equal(loaded_state["optimizer"]["m"], state["optimizer"]["m"])
@@ -93,7 +93,11 @@ def test_writes_hashed_in_the_background_or_inline_hash_the_same(tmp_path):
         digest = write_hashed(tmp_path / f"f{atomic}", body, atomic=atomic)
         data = (tmp_path / f"f{atomic}").read_bytes()
         assert data == b"".join(chunks)
-        assert (digest.sha256, digest.bytes) == (_sha(data), len(data))
+        assert (digest.algorithm, digest.hexdigest, digest.bytes) == (
+            "blake3",
+            _b3(data),
+            len(data),
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fFalse", "fTrue"]
 
 

@@ -22,6 +22,7 @@ from sharded_worker import BATCH, run
 
 from ampkit import CheckpointError
 from ampkit.checkpoint import sharded
+from ampkit.checkpoint._digest import READ_BLOCK
 from ampkit.checkpoint.folder import begin_checkpoint, commit_checkpoint, read_weights
 from ampkit.cli import main
 
@@ -100,8 +101,10 @@ def test_rank0_memory_while_saving_does_not_grow_with_the_model(runs):
     small, large, full = json.loads((runs / "memory.json").read_text())
     print(f"\nrank 0 extra RSS while saving: {small}, {large}, {full}")
     assert large["model_mib"] > 1.9 * small["model_mib"]
-    # sharded: rank 0 writes its own shards; no copy of the model (or of the optimizer) appears
-    assert large["extra_rss_mib"] < 0.25 * large["model_mib"]
+    # sharded: rank 0 writes its own shards; no copy of the model (or of the optimizer)
+    # appears, only the one fixed-size buffer the shards are read through to be hashed
+    buffer_mib = READ_BLOCK / 2**20
+    assert large["extra_rss_mib"] < 0.25 * large["model_mib"] + buffer_mib
     growth = large["extra_rss_mib"] - small["extra_rss_mib"]
     assert growth < 0.1 * (large["model_mib"] - small["model_mib"])
     # the full layout gathers weights and optimizer state on rank 0: the control

@@ -1,7 +1,7 @@
 """The on-disk checkpoint format every ampkit tool reads and writes.
 
 * :mod:`~ampkit.checkpoint.folder`: a ``step-NNNNNNNN`` folder written atomically (temporary
-  folder, fsync, ``os.replace``), its manifest with a SHA-256 per file, verification, lookup
+  folder, fsync, ``os.replace``), its manifest with a BLAKE3 digest per file, verification, lookup
   and pruning;
 * :mod:`~ampkit.checkpoint.weights`: fp32 safetensors weights (ties kept, non-finite refused);
 * :mod:`~ampkit.checkpoint.sharded`: sharded (``torch.distributed.checkpoint``) contents;

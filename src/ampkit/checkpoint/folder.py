@@ -9,7 +9,7 @@ A checkpoint is a folder ``step-00000100/`` in one of two layouts:
   ``state.pt`` (everything else);
 
 plus, in both, ``manifest.json`` (format version, layout, step, world size, data position,
-tied-weight aliases, and a SHA-256 and size per file) and ``COMPLETE``, written last; a folder
+tied-weight aliases, and a BLAKE3 digest and size per file) and ``COMPLETE``, written last; a folder
 without it is never picked up. ``state.pt`` is loaded with ``torch.load(weights_only=True)``.
 
 Writing is atomic, with one or many writers: rank 0 makes ``step-00000100.tmp-<pid>/``
@@ -18,7 +18,7 @@ the manifest and ``COMPLETE``, fsyncs and renames the folder into place with ``o
 and fsyncs the parent (:func:`commit_checkpoint`). A process killed at any moment leaves either
 the complete checkpoint or an ignored temporary folder; a save that fails (disk full, weights
 that are not finite, tied tensors) removes its temporary folder. Loading verifies the manifest's
-shape, that it lists exactly the files its layout requires, and every file's size and SHA-256,
+shape, that it lists exactly the files its layout requires, and every file's size and digest (SHA-256 in manifests before format 3),
 so a malformed manifest or a truncated, appended-to, swapped or bit-flipped file is refused
 with an error that names it. This module is the one place that knows manifests and markers;
 it also tells a plain ``torch.distributed.checkpoint`` folder that ampkit did not write
@@ -27,7 +27,6 @@ it also tells a plain ``torch.distributed.checkpoint`` folder that ampkit did no
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -44,7 +43,13 @@ import torch
 
 from ampkit._files import fsync_dir
 from ampkit._validate import is_int
-from ampkit.checkpoint._digest import FileDigest, write_hashed
+from ampkit.checkpoint._digest import (
+    ALGORITHMS,
+    HEX_DIGEST,
+    FileDigest,
+    file_digest,
+    write_hashed,
+)
 from ampkit.checkpoint.weights import (
     disk_full_error,
     nonfinite_names,
@@ -76,16 +81,16 @@ __all__ = [
     "write_checkpoint",
 ]
 
-FORMAT_VERSION = 2
-#: Manifest formats this version reads (1: before layouts and aliases; always ``full``).
-_READABLE = (1, 2)
+FORMAT_VERSION = 3
+#: Manifest formats this version reads (1: before layouts and aliases, always ``full``; 1 and
+#: 2 hash files with SHA-256, 3 with BLAKE3).
+_READABLE = (1, 2, 3)
 #: The checkpoint layouts: full (gathered) weights, or DCP shards written by every rank.
 LAYOUTS = ("full", "sharded")
 #: The folder of a sharded checkpoint that ``torch.distributed.checkpoint`` writes into.
 SHARDS = "dcp"
 _NAME = re.compile(r"^step-(\d{8,})$")
 _SHARD_FILE = re.compile(rf"^{SHARDS}/(\.metadata|__\d+_\d+\.distcp)$")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _WEIGHTS, _STATE, _MANIFEST, _MARKER = "model.safetensors", "state.pt", "manifest.json", "COMPLETE"
 
 
@@ -95,14 +100,6 @@ class CheckpointInfo:
 
     path: Path
     step: int
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def serialise_state(state: dict[str, Any]) -> bytes:
@@ -203,7 +200,7 @@ def commit_checkpoint(
     temporary folder is removed.
 
     Args:
-        digests: SHA-256 and size of files in ``tmp`` computed while writing them
+        digests: digest and size of files in ``tmp`` computed while writing them
             (``{"model.safetensors": ...}``); those files are not read again (their size on
             disk is checked). Every other file is read and hashed.
 
@@ -250,13 +247,13 @@ def _fail(tmp: Path, exc: BaseException) -> NoReturn:
 def _entry(file: Path, known: FileDigest | None) -> dict[str, Any]:
     size = file.stat().st_size
     if known is None:
-        return {"sha256": _sha256(file), "bytes": size}
+        return FileDigest(file_digest(file), size).entry()
     if size != known.bytes:
         raise CheckpointError(
             f"checkpoint: {file} holds {size} bytes but {known.bytes} were written to it; "
             "nothing was kept of this write. Check the disk and write the checkpoint again."
         )
-    return {"sha256": known.sha256, "bytes": size}
+    return known.entry()
 
 
 def write_checkpoint(
@@ -353,12 +350,16 @@ def _manifest_problem(manifest: Any, folder: Path) -> str | None:
         return f"has layout {layout!r}; it must be one of {list(LAYOUTS)}"
     files = manifest.get("files")
     if not isinstance(files, dict):
-        return f"has files={type(files).__name__}, not an object of name -> sha256 and bytes"
+        return f"has files={type(files).__name__}, not an object of name -> digest and bytes"
     for name, entry in files.items():
         if not isinstance(entry, dict) or not is_int(entry.get("bytes"), 0):
             return f"has no valid byte count for {name!r}"
-        if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
-            return f"has no valid SHA-256 for {name!r}"
+        digests = [key for key in ALGORITHMS if key in entry]
+        if not digests:
+            return f"has no digest ({' or '.join(ALGORITHMS.values())}) for {name!r}"
+        for key in digests:
+            if not isinstance(entry[key], str) or not HEX_DIGEST.match(entry[key]):
+                return f"has no valid {ALGORITHMS[key]} for {name!r}"
     aliases = manifest.get("aliases", {})
     if not isinstance(aliases, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()
@@ -377,7 +378,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     Raises:
         CheckpointError: the folder, marker or a file is missing; the manifest is malformed
             (not an object, wrong types, a file list other than its layout requires); a
-            file's size or SHA-256 differs from the manifest (truncated, appended to, swapped
+            file's size or digest differs from the manifest (truncated, appended to, swapped
             or corrupted); or a sharded checkpoint's index is not plain DCP metadata; the
             message names the file.
     """
@@ -436,11 +437,17 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
         if not file.is_file():
             raise CheckpointError(f"checkpoint: {file} is missing. Resume from another checkpoint.")
         size = file.stat().st_size
-        if size != expected["bytes"] or _sha256(file) != expected["sha256"]:
+        differs = [
+            label
+            for key, label in ALGORITHMS.items()
+            if key in expected
+            and (size != expected["bytes"] or file_digest(file, key) != expected[key])
+        ]
+        if size != expected["bytes"] or differs:
             raise CheckpointError(
                 f"checkpoint: {file} is corrupt ({size} bytes, expected {expected['bytes']}, "
-                "SHA-256 differs from the manifest: truncated, appended to or bit-flipped). "
-                "Resume from another checkpoint."
+                f"{' and '.join(differs)} differs from the manifest: truncated, appended to or "
+                "bit-flipped). Resume from another checkpoint."
             )
     if manifest.get("layout") == "sharded":
         from ampkit.checkpoint.sharded import check_index

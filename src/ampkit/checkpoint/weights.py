@@ -217,7 +217,7 @@ def write_weights_hashed(
     checked: bool = False,
     atomic: bool = True,
 ) -> tuple[dict[str, str], FileDigest]:
-    """:func:`write_weights`, also returning the SHA-256 and size of the file as written
+    """:func:`write_weights`, also returning the digest and size of the file as written
     (computed while writing, for a checkpoint's manifest). ``checked=True``: the caller has
     just refused non-finite ``weights`` itself (:func:`nonfinite_names`), so they are not
     scanned twice. ``atomic=False``: written in place and fsynced, for a file in a

@@ -49,7 +49,7 @@ def export(run: str, out: str) -> None:
         click.echo(
             f"ampkit: note: {path} is a torch.distributed.checkpoint folder that ampkit did not "
             "write: exported its model weights; it has no manifest, so its files were not "
-            "checked against SHA-256 hashes, and nothing else in it was read.",
+            "checked against a manifest's hashes, and nothing else in it was read.",
             err=True,
         )
     aliases = write_weights(out, weights.tensors, aliases=weights.aliases)

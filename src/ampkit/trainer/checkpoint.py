@@ -303,7 +303,7 @@ def _restore_plain(parts: TrainingParts, path: Path) -> Restored:
     absent = "" if skipped is None else f"; the optimizer starts fresh: {skipped}"
     note = (
         f"{path} is a torch.distributed.checkpoint folder that ampkit did not write: loaded "
-        f"{loaded} from it (no manifest, so no SHA-256 check); it holds no trainer step, "
+        f"{loaded} from it (no manifest, so no hash check); it holds no trainer step, "
         f"scheduler, loss-scaler, RNG or data position, so training starts at step 0 from "
         f"those weights{absent}"
     )
