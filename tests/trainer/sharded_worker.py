@@ -5,8 +5,10 @@
 Writes into OUT: ``<run>.safetensors`` (final weights) and ``<run>/ckpt`` for the runs
 ``straight`` (6 steps, a checkpoint every 3), ``resumed`` (from straight's step 3),
 ``async`` (as straight, with ``CheckpointConfig(async_save=True)``), ``from-one`` (from a 1-process
-checkpoint); ``notes.json`` (each run's ``FitResult.notes``) and ``memory.json``
-(rank 0's resident memory while it saves a larger model, sharded and full).
+checkpoint); ``notes.json`` (each run's ``FitResult.notes``), ``memory.json``
+(rank 0's resident memory while it saves a larger model, sharded and full) and
+``hashed_at_commit.json`` (the files rank 0 read back to hash while committing straight's
+checkpoints).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 import ampkit
+from ampkit.checkpoint import folder as checkpoint_folder
 
 STEPS, EVERY, BATCH = 6, 3, 4  # per process; the 1-process runs use 2 * BATCH
 
@@ -117,6 +120,26 @@ class PeakRss:
         self.peak = max(self.peak, self.rss())
 
 
+class RecordedCommitHashes:
+    """Records the files this process reads back to hash while committing checkpoints."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __enter__(self) -> RecordedCommitHashes:
+        self._real = checkpoint_folder.file_digest
+
+        def recording(path, *args, **kwargs):
+            self.names.append(Path(path).name)
+            return self._real(path, *args, **kwargs)
+
+        checkpoint_folder.file_digest = recording
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        checkpoint_folder.file_digest = self._real
+
+
 class MeasuredTrainer(ampkit.Trainer):
     """Records rank 0's resident memory while each checkpoint is written."""
 
@@ -155,8 +178,10 @@ def main() -> None:
     out, one = Path(sys.argv[1]), Path(sys.argv[2])
     dist.init_process_group("gloo")  # owned here, so each Trainer leaves it up for the next
     try:
+        with RecordedCommitHashes() as hashed:
+            straight = run(out, "straight", strategy="fsdp")
         notes = {
-            "straight": run(out, "straight", strategy="fsdp"),
+            "straight": straight,
             "resumed": run(
                 out, "resumed", strategy="fsdp", resume=out / "straight/ckpt/step-00000003"
             ),
@@ -171,6 +196,7 @@ def main() -> None:
         if dist.get_rank() == 0:
             (out / "notes.json").write_text(json.dumps(notes, indent=1))
             (out / "memory.json").write_text(json.dumps(memory, indent=1))
+            (out / "hashed_at_commit.json").write_text(json.dumps(hashed.names))
     finally:
         dist.destroy_process_group()
 

@@ -23,7 +23,12 @@ from sharded_worker import BATCH, run
 from ampkit import CheckpointError
 from ampkit.checkpoint import sharded
 from ampkit.checkpoint._digest import READ_BLOCK
-from ampkit.checkpoint.folder import begin_checkpoint, commit_checkpoint, read_weights
+from ampkit.checkpoint.folder import (
+    begin_checkpoint,
+    commit_checkpoint,
+    read_weights,
+    verify_checkpoint,
+)
 from ampkit.cli import main
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
@@ -71,6 +76,13 @@ def test_fsdp2_sharded_save_then_resume_is_bitwise(runs):
             "step-00000003",
             "step-00000006",
         ]
+
+
+def test_each_rank_hashes_its_own_shards_so_rank0_reads_back_only_the_index(runs):
+    hashed = json.loads((runs / "hashed_at_commit.json").read_text())
+    assert hashed == [".metadata", ".metadata"], hashed  # two checkpoints, no .distcp file
+    for step in ("step-00000003", "step-00000006"):
+        verify_checkpoint(runs / "straight/ckpt" / step)  # the gathered digests are right
 
 
 def test_two_process_checkpoint_resumes_on_one_process(runs, tmp_path):

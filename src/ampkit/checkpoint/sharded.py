@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ampkit.checkpoint._digest import FileDigest, file_digest
 from ampkit.errors import CheckpointError
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "read_plain_model_weights",
     "read_model_weights",
     "save",
+    "shard_digests",
     "state_dicts",
 ]
 
@@ -118,6 +120,19 @@ def async_save(state: dict[str, Any], folder: str | Path, *, process_group: Any 
         )
     # torch >= 2.8 may wrap the future in an AsyncSaveResponse
     return cast(Future, getattr(response, "upload_completion", response))
+
+
+def shard_digests(folder: str | Path, rank: int) -> dict[str, FileDigest]:
+    """Digest and size of the shard files rank ``rank`` wrote into ``folder``
+    (``__<rank>_<n>.distcp``), by file name.
+
+    Each rank hashes its own files right after writing them (from its own page cache, all
+    ranks at once), so rank 0 does not read every rank's shards when it commits the checkpoint.
+    """
+    found = {}
+    for file in sorted(Path(folder).glob(f"__{rank}_*.distcp")):
+        found[file.name] = FileDigest(file_digest(file), file.stat().st_size)
+    return found
 
 
 # -- reading without running stored code ---------------------------------------------------------

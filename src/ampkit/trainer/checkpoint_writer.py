@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from ampkit.checkpoint import folder as folder
 from ampkit.checkpoint import sharded
+from ampkit.checkpoint._digest import FileDigest
 from ampkit.checkpoint.weights import (
     disk_full_error,
     find_aliases,
@@ -48,6 +49,26 @@ def _agree(parts: TrainingParts, error: BaseException | None) -> None:
         raise CheckpointError(f"rank 0 could not write the checkpoint: {message[0]}")
 
 
+def _gathered_digests(parts: TrainingParts, shards: Path | None) -> dict[str, FileDigest]:
+    """Every rank hashes the shard files it wrote; rank 0 gets them all (others: {}).
+
+    A rank whose files cannot be hashed sends none: rank 0 then hashes (or misses) them
+    itself when it commits, so the gather never leaves a rank waiting.
+    """
+    mine: dict[str, FileDigest] = {}
+    if shards is not None:
+        try:
+            found = sharded.shard_digests(shards, parts.dist.rank)
+            mine = {f"{folder.SHARDS}/{name}": digest for name, digest in found.items()}
+        except OSError:
+            mine = {}
+    if not parts.dist.distributed:
+        return mine
+    everyone: list[Any] = [None] * parts.dist.world_size if parts.dist.is_main else []
+    dist.gather_object(mine, everyone if parts.dist.is_main else None, dst=0)
+    return {name: d for part in everyone for name, d in (part or {}).items()}
+
+
 @dataclass
 class _Pending:
     """A sharded checkpoint whose shards are (being) written; rank 0 commits it."""
@@ -57,6 +78,7 @@ class _Pending:
     future: Future | None  # None: written synchronously
     state: bytes = b""
     metadata: dict[str, Any] = field(default_factory=dict)
+    shards: Path | None = None  # the dcp/ folder, on every rank
 
 
 class CheckpointWriter:
@@ -136,7 +158,7 @@ class CheckpointWriter:
         except BaseException as exc:
             self._fail(tmp, exc, target)
         self._pending = _Pending(
-            step, tmp, future, folder.serialise_state(state) if tmp else b"", metadata
+            step, tmp, future, folder.serialise_state(state) if tmp else b"", metadata, target
         )
 
     def _async_group(self, parts: TrainingParts) -> Any:
@@ -170,11 +192,17 @@ class CheckpointWriter:
                 pending.future.result()
             except BaseException as exc:
                 self._fail(pending.tmp, exc, (pending.tmp or self.root) / folder.SHARDS)
+        digests = _gathered_digests(parts, pending.shards)
         path, error = None, None
         if pending.tmp is not None:
             try:
                 path = folder.commit_checkpoint(
-                    pending.tmp, pending.step, pending.state, pending.metadata, layout="sharded"
+                    pending.tmp,
+                    pending.step,
+                    pending.state,
+                    pending.metadata,
+                    layout="sharded",
+                    digests=digests,
                 )
             except BaseException as exc:
                 error = exc
