@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,3 +91,16 @@ def error_line(result: Run) -> str:
 def metric_steps(out: Path) -> list[int]:
     """Steps of metrics.jsonl, asserting every line is a whole JSON row."""
     return [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def wait_for_rows(out: Path, rows: int, child: subprocess.Popen, timeout: float = 240) -> None:
+    """Wait until ``out/metrics.jsonl`` holds ``rows`` rows while ``child`` runs (it must not
+    end first)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert child.poll() is None, child.communicate()
+        path = out / "metrics.jsonl"
+        if path.exists() and path.read_text().count("\n") >= rows:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {rows} metric rows in {timeout} s")

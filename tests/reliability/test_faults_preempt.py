@@ -8,28 +8,16 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from faults import TINY, Run, error_line, metric_steps, run, spawn
+from faults import TINY, Run, error_line, metric_steps, run, spawn, wait_for_rows
 from safetensors.torch import load_file
 
 pytestmark = pytest.mark.timeout(600)
 
 STEPS = ["--steps", "60", "--log-every", "1"]
-
-
-def wait_for_rows(out: Path, rows: int, child: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert child.poll() is None, child.communicate()
-        path = out / "metrics.jsonl"
-        if path.exists() and path.read_text().count("\n") >= rows:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no {rows} metric rows in {timeout} s")
 
 
 def same_weights(a: Path, b: Path) -> bool:

@@ -13,23 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from faults import TINY, Run, cli, error_line, metric_steps, spawn
+from faults import TINY, Run, cli, error_line, metric_steps, spawn, wait_for_rows
 from safetensors.torch import load_file
 
 from ampkit.checkpoint.folder import find_checkpoints
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def wait_for_rows(out: Path, rows: int, child: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert child.poll() is None, child.communicate()
-        path = out / "metrics.jsonl"
-        if path.exists() and path.read_text().count("\n") >= rows:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no {rows} metric rows in {timeout} s")
 
 
 def alive(pid: int) -> bool:
