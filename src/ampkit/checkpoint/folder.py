@@ -219,6 +219,14 @@ def commit_checkpoint(
         manifest["files"] = {
             name: _entry(tmp / name, known.get(name)) for name in _files_under(tmp)
         }
+        unseen = sorted(set(known) - set(manifest["files"]))
+        if unseen:
+            raise CheckpointError(
+                f"checkpoint: {tmp} lacks {_some(unseen)}, which another process wrote and "
+                "hashed: the processes do not share this folder, so nothing was kept of this "
+                "write. Put the checkpoint folder on storage every process sees (a shared "
+                "file system such as NFS or Lustre)."
+            )
         problem = _layout_problem(manifest["files"], layout)
         if problem:
             raise CheckpointError(f"checkpoint: {tmp} {problem}; nothing was kept of it.")
@@ -242,6 +250,13 @@ def _fail(tmp: Path, exc: BaseException) -> NoReturn:
     if full is not None:
         raise full from exc
     raise exc
+
+
+def _some(names: Sequence[str]) -> str:
+    """``a`` / ``a and b`` / ``a, b and 3 more`` (names in order)."""
+    if len(names) <= 2:
+        return " and ".join(names)
+    return f"{names[0]}, {names[1]} and {len(names) - 2} more"
 
 
 def _entry(file: Path, known: FileDigest | None) -> dict[str, Any]:
@@ -452,7 +467,15 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     if manifest.get("layout") == "sharded":
         from ampkit.checkpoint.sharded import check_index
 
-        check_index(folder / SHARDS)  # raises on an index that is not plain DCP metadata
+        # raises on an index that is not plain DCP metadata
+        referenced = {f"{SHARDS}/{name}" for name in check_index(folder / SHARDS)}
+        unlisted = sorted(referenced - set(manifest["files"]))
+        if unlisted:
+            raise CheckpointError(
+                f"checkpoint: {folder} is incomplete: its index {SHARDS}/.metadata refers to "
+                f"{_some(unlisted)}, which the manifest does not list (written by a process "
+                "that did not share this folder?). Resume from another checkpoint."
+            )
     elif (folder / _STATE).is_file():
         _check_state(folder / _STATE)
     return manifest

@@ -207,14 +207,21 @@ def _index(folder: str | Path) -> Any:
         ) from None
 
 
-def check_index(folder: str | Path) -> None:
+def check_index(folder: str | Path) -> set[str]:
     """Read the DCP index of ``folder`` with the allow-list; raise if it is not plain DCP
-    metadata (a pickle that would run code, another object, damaged bytes).
+    metadata (a pickle that would run code, another object, damaged bytes). Return the names
+    of the shard files it refers to (relative to ``folder``).
 
     Raises:
         CheckpointError: the index cannot be read safely; the message names the file.
     """
-    _index(folder)
+    index = _index(folder)
+    storage = getattr(index, "storage_data", None) or {}
+    return {
+        str(info.relative_path)
+        for info in storage.values()
+        if isinstance(getattr(info, "relative_path", None), str)
+    }
 
 
 def _model_entries(index: Any, prefix: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:

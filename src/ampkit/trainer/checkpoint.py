@@ -49,6 +49,7 @@ __all__ = [
     "TRAINER",
     "Restored",
     "TrainingParts",
+    "check_shared_folder",
     "choose_resume_checkpoint",
     "find_resume_checkpoint",
     "full_weights",
@@ -57,6 +58,7 @@ __all__ = [
     "restore",
     "small_state",
     "snapshot",
+    "unshared_ranks",
 ]
 
 log = logging.getLogger("ampkit")
@@ -347,6 +349,77 @@ def find_resume_checkpoint(
         log.info(notes[-1])
         return None, notes
     return info.path, notes
+
+
+#: How long a rank looks for rank 0's probe file before it counts as not seeing the folder
+#: (a shared file system may show a new file to other machines a moment later).
+_PROBE_WAIT_S = 2.0
+
+
+def unshared_ranks(ctx: DistContext, checkpoint_dir: Path) -> list[int]:
+    """The ranks that do not see ``checkpoint_dir`` as rank 0 does: rank 0 writes a probe file
+    there (a fresh name and token), every rank looks for it. Collective; [] in one process, or
+    when rank 0 cannot write there (the checkpoint write reports that itself)."""
+    if not ctx.distributed:
+        return []
+    import time
+    import uuid
+
+    token: str | None = None
+    if ctx.is_main:
+        try:
+            checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            token = uuid.uuid4().hex
+            (checkpoint_dir / f".ampkit-shared-{token}").write_text(token)
+        except OSError:
+            token = None
+    token = broadcast_from_main(ctx, token)
+    if token is None:
+        return []
+    probe = checkpoint_dir / f".ampkit-shared-{token}"
+    deadline = time.monotonic() + _PROBE_WAIT_S
+    while True:
+        try:
+            sees = probe.read_text() == token
+        except OSError:
+            sees = False
+        if sees or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    views = all_gather(ctx, sees)
+    if ctx.is_main:
+        probe.unlink(missing_ok=True)
+    return [rank for rank, seen in enumerate(views) if not seen]
+
+
+def check_shared_folder(ctx: DistContext, checkpoint_dir: Path, layout: str) -> list[str]:
+    """Check, before any step, that every rank sees the checkpoint folder rank 0 sees.
+
+    A sharded checkpoint needs it (every rank writes its shards there, rank 0 commits them):
+    refused on every rank alike. A full one is written by rank 0 alone, so the run goes on, with
+    a note that it cannot be resumed on these processes. Returns the notes.
+
+    Raises:
+        CheckpointError: ``layout`` is ``sharded`` and some rank does not see the folder.
+    """
+    missing = unshared_ranks(ctx, checkpoint_dir)
+    if not missing:
+        return []
+    who = ranks_listed(missing)
+    if layout == "sharded":
+        raise CheckpointError(
+            f"checkpoint: {who} {'does' if len(missing) == 1 else 'do'} not see the checkpoint "
+            f"folder {checkpoint_dir} that rank 0 sees (a file rank 0 wrote there is missing "
+            "for them), so sharded checkpoints, which every rank writes into, would be "
+            "incomplete. Put CheckpointConfig.dir (--out) on storage every node shares, at the "
+            "same path on each (NFS, Lustre, ...), or use the full layout."
+        )
+    return [
+        f"checkpoint: {who} {'does' if len(missing) == 1 else 'do'} not see the checkpoint folder "
+        f"{checkpoint_dir} that rank 0 writes to: its checkpoints are written by rank 0 alone "
+        "and cannot be resumed on these processes. Put CheckpointConfig.dir on storage every "
+        "node shares to resume."
+    ]
 
 
 def choose_resume_checkpoint(

@@ -55,6 +55,7 @@ from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
 from ampkit.trainer.checkpoint import (
     TrainingParts,
+    check_shared_folder,
     choose_resume_checkpoint,
     full_weights,
     restore,
@@ -532,6 +533,11 @@ class Trainer:
             )
 
     def _resume(self) -> None:
+        if self.checkpoint_dir is not None and self._writer is not None:
+            for note in check_shared_folder(self.dist, self.checkpoint_dir, self._writer.layout):
+                self.notes.append(note)
+                if self.is_main:
+                    log.warning(note)
         path, notes = choose_resume_checkpoint(self.dist, self.checkpoint_dir, self.resume)
         self.notes.extend(notes)
         metrics = self.logging_config.metrics_file
