@@ -66,6 +66,7 @@ __all__ = [
     "Weights",
     "abort_checkpoint",
     "begin_checkpoint",
+    "checkpoint_step",
     "commit_checkpoint",
     "damaged_list",
     "find_checkpoints",
@@ -320,6 +321,12 @@ def write_checkpoint(
 
 
 # -- finding and verifying -----------------------------------------------------------------------
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step a ``step-NNNNNNNN`` folder's name says (None for any other name)."""
+    match = _NAME.match(Path(path).name)
+    return int(match.group(1)) if match else None
 
 
 def find_checkpoints(folder: str | Path) -> list[CheckpointInfo]:

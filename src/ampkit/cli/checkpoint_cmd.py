@@ -13,6 +13,7 @@ def checkpoint() -> None:
 
     \b
     Examples:
+      ampkit checkpoint verify runs/a
       ampkit checkpoint export runs/a --out model.safetensors
       ampkit checkpoint export runs/a/checkpoints/step-00000500 --out model.safetensors
       ampkit checkpoint export torchtitan/checkpoint/step-1000 --out model.safetensors
@@ -57,3 +58,41 @@ def export(run: str, out: str) -> None:
     mib = sum(v.numel() * 4 for v in stored.values()) / 2**20
     tied = f", {len(aliases)} tied" if aliases else ""
     click.echo(f"exported {path} -> {out} ({len(stored)} tensors{tied}, {mib:.1f} MiB fp32)")
+
+
+@checkpoint.command()
+@click.argument("run", type=click.Path(file_okay=True, dir_okay=True))
+def verify(run: str) -> None:
+    """Verify every checkpoint of a run against its manifest, without loading it.
+
+    RUN is a run folder (every checkpoint in RUN/checkpoints), a checkpoints folder or one
+    step-NNNNNNNN folder. Each file's size and hash are checked (the check every load and
+    --resume auto make) and a sharded checkpoint's index is read safely. Prints one line per
+    checkpoint and the one --resume auto would take; exits 1 when any checkpoint is damaged,
+    naming the file.
+    """
+    from ampkit.checkpoint.survey import survey_checkpoints
+    from ampkit.errors import CheckpointError
+
+    survey = survey_checkpoints(run)
+    for check in survey.checks:
+        if check.ok:
+            click.echo(
+                f"ok       {check.path.name}  {check.layout}, {check.files} files, "
+                f"{check.bytes / 1e6:.1f} MB, {check.digest} verified in {check.seconds:.2f} s"
+            )
+        else:
+            click.echo(f"DAMAGED  {check.path.name}  {check.problem}")
+    for tmp in survey.incomplete:
+        click.echo(f"ignored  {tmp.name}  an incomplete write (never loaded)")
+    newest = survey.newest_valid
+    if len(survey.checks) > 1 or survey.incomplete:
+        taken = newest.path.name if newest else "none (it would start fresh or stop)"
+        click.echo(f"--resume auto takes: {taken}")
+    damaged = survey.damaged
+    if damaged:
+        names = ", ".join(check.path.name for check in damaged)
+        raise CheckpointError(
+            f"checkpoint: {len(damaged)} of {len(survey.checks)} checkpoints in {survey.root} "
+            f"failed verification ({names}); see the lines above."
+        )

@@ -1,0 +1,133 @@
+"""Every checkpoint of a run, verified: what ``ampkit checkpoint verify`` reports.
+
+:func:`survey_checkpoints` takes what :func:`~ampkit.checkpoint.folder.resolve_checkpoint`
+takes (a run folder, its checkpoints folder or one ``step-NNNNNNNN`` folder) and verifies every
+complete checkpoint there with :func:`~ampkit.checkpoint.folder.verify_checkpoint`, the check a
+load and ``resume="auto"`` do, instead of stopping at the newest valid one. Incomplete writes
+(``step-N.tmp-<pid>`` folders of a process killed while writing) are listed apart: they are
+never loaded.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ampkit.checkpoint._digest import ALGORITHMS
+from ampkit.checkpoint.folder import (
+    checkpoint_step,
+    find_checkpoints,
+    is_plain_dcp,
+    verify_checkpoint,
+)
+from ampkit.errors import CheckpointError, ConfigurationError
+
+__all__ = ["CheckpointCheck", "Survey", "survey_checkpoints"]
+
+
+@dataclass(frozen=True)
+class CheckpointCheck:
+    """One checkpoint folder and what verifying it found.
+
+    Attributes:
+        path: the ``step-NNNNNNNN`` folder.
+        step: its step, from the folder name.
+        problem: why it fails verification (None: it is valid).
+        manifest: its manifest when valid.
+        seconds: how long verifying it took.
+    """
+
+    path: Path
+    step: int
+    problem: CheckpointError | None = None
+    manifest: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    @property
+    def layout(self) -> str | None:
+        return None if self.manifest is None else str(self.manifest.get("layout", "full"))
+
+    @property
+    def bytes(self) -> int:
+        """The bytes of the files its manifest lists (0 when it is not valid)."""
+        files = (self.manifest or {}).get("files", {})
+        return sum(int(entry["bytes"]) for entry in files.values())
+
+    @property
+    def files(self) -> int:
+        return len((self.manifest or {}).get("files", {}))
+
+    @property
+    def digest(self) -> str | None:
+        """The hash its files were verified with (``BLAKE3``, ``SHA-256``)."""
+        for entry in (self.manifest or {}).get("files", {}).values():
+            for key, label in ALGORITHMS.items():
+                if key in entry:
+                    return label
+        return None
+
+
+@dataclass(frozen=True)
+class Survey:
+    """The checkpoints found in ``root``, oldest first, and the incomplete writes beside them."""
+
+    root: Path
+    checks: list[CheckpointCheck]
+    incomplete: list[Path]
+
+    @property
+    def damaged(self) -> list[CheckpointCheck]:
+        return [check for check in self.checks if not check.ok]
+
+    @property
+    def newest_valid(self) -> CheckpointCheck | None:
+        valid = [check for check in self.checks if check.ok]
+        return valid[-1] if valid else None
+
+
+def _check(path: Path, step: int) -> CheckpointCheck:
+    started = time.perf_counter()
+    try:
+        manifest = verify_checkpoint(path)
+    except CheckpointError as exc:
+        return CheckpointCheck(path, step, problem=exc, seconds=time.perf_counter() - started)
+    return CheckpointCheck(path, step, manifest=manifest, seconds=time.perf_counter() - started)
+
+
+def survey_checkpoints(path: str | Path) -> Survey:
+    """Verify every checkpoint that ``path`` names: one ``step-NNNNNNNN`` folder, or all the
+    complete checkpoints of a checkpoints folder or of a run folder's ``checkpoints/``.
+
+    Raises:
+        ConfigurationError: nothing is at ``path``, or it holds no checkpoint (the message
+            says where it looked).
+        CheckpointError: ``path`` is a ``torch.distributed.checkpoint`` folder that ampkit did
+            not write: it has no manifest to verify against.
+    """
+    given = Path(path)
+    if not given.exists():
+        raise ConfigurationError(
+            f"checkpoint: {given} does not exist. Pass a run folder (ampkit train --out DIR), "
+            "its checkpoints folder or one step-NNNNNNNN folder."
+        )
+    if is_plain_dcp(given):
+        verify_checkpoint(given)  # raises: there is no manifest to verify it against
+    step = checkpoint_step(given)
+    if step is not None or (given / "manifest.json").exists() or not given.is_dir():
+        return Survey(given.parent, [_check(given, step or 0)], [])
+    for root in (given, given / "checkpoints"):
+        found = find_checkpoints(root)
+        incomplete = sorted(p for p in root.glob("step-*.tmp-*") if p.is_dir())
+        if found or incomplete:
+            return Survey(root, [_check(info.path, info.step) for info in found], incomplete)
+    raise ConfigurationError(
+        f"checkpoint: {given} holds no checkpoint (looked for step-NNNNNNNN folders in {given} "
+        f"and in {given / 'checkpoints'}). Pass a run folder (with checkpoints/), a "
+        "checkpoints folder or a step-NNNNNNNN folder."
+    )
