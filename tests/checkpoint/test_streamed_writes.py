@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import blake3
@@ -10,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from ampkit.checkpoint._digest import HashingWriter, write_hashed
+from ampkit.checkpoint._digest import READ_BLOCK, HashingWriter, file_digest, write_hashed
 from ampkit.checkpoint.folder import load_checkpoint, verify_checkpoint, write_checkpoint
 from ampkit.checkpoint.weights import (
     ALIASES_KEY,
@@ -130,3 +131,11 @@ def test_nonfinite_weights_in_a_large_tensor_are_refused(tmp_path):
     with pytest.raises(NonFiniteWeightsError, match=r"\(w\)"):
         write_checkpoint(tmp_path, 1, weights, {})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("size", [0, 1, READ_BLOCK - 1, READ_BLOCK, 2 * READ_BLOCK + 3])
+def test_a_file_on_disk_is_hashed_whole_with_either_algorithm(tmp_path, size):
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    (tmp_path / "f").write_bytes(data)
+    assert file_digest(tmp_path / "f") == _b3(data)
+    assert file_digest(tmp_path / "f", "sha256") == hashlib.sha256(data).hexdigest()

@@ -29,6 +29,8 @@ from ampkit._files import atomic_write
 __all__ = [
     "ALGORITHMS",
     "DIGEST",
+    "HEX_DIGEST",
+    "READ_BLOCK",
     "FileDigest",
     "HashingWriter",
     "file_digest",
@@ -49,6 +51,8 @@ DIGEST = "blake3"
 ALGORITHMS = {"blake3": "BLAKE3", "sha256": "SHA-256"}
 #: A hex digest as the manifest stores it.
 HEX_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+#: The block :func:`file_digest` reads at a time (BLAKE3 runs at 9.5 GB/s on 2 cores with it).
+READ_BLOCK = 8 << 20
 
 
 _NEW: dict[str, Callable[[], Any]] = {"blake3": _blake3, "sha256": hashlib.sha256}
@@ -70,16 +74,12 @@ def file_digest(path: str | Path, algorithm: str = DIGEST) -> str:
     every core.
     """
     digest = _blake3(threads=True) if algorithm == "blake3" else new_hash(algorithm)
-    buffer = bytearray(READ_BLOCK)
-    view = memoryview(buffer)
     with open(path, "rb", buffering=0) as f:
+        buffer = bytearray(min(READ_BLOCK, max(os.fstat(f.fileno()).st_size, 1 << 16)))
+        view = memoryview(buffer)
         while count := f.readinto(buffer):
             digest.update(view[:count])
     return str(digest.hexdigest())
-
-
-#: The block :func:`file_digest` reads at a time (BLAKE3 runs at 9.5 GB/s on 2 cores with it).
-READ_BLOCK = 8 << 20
 
 
 @dataclass(frozen=True)
