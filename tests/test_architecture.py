@@ -196,3 +196,21 @@ def test_import_ampkit_and_the_cli_do_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_commands_help_starts_without_torch():
+    """``ampkit <command> --help`` renders without importing torch (``export``'s --format
+    choices come from the format registry, which is torch-free)."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from ampkit.cli import main\n"
+        "for name in sorted(main.commands):\n"
+        "    result = CliRunner().invoke(main, [name, '--help'])\n"
+        "    assert result.exit_code == 0, (name, result.output)\n"
+        "    assert 'torch' not in sys.modules, f'ampkit {name} --help imported torch'\n"
+        "print('ok', len(main.commands))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("ok"), out.stdout
