@@ -85,6 +85,16 @@ def test_each_rank_hashes_its_own_shards_so_rank0_reads_back_only_the_index(runs
         verify_checkpoint(runs / "straight/ckpt" / step)  # the gathered digests are right
 
 
+def test_checkpoint_verify_checks_every_two_process_sharded_checkpoint(runs):
+    result = CliRunner().invoke(main, ["checkpoint", "verify", str(runs / "straight" / "ckpt")])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    for line, step in zip(lines, ("step-00000003", "step-00000006"), strict=False):
+        assert line.startswith(f"ok       {step}  sharded, 4 files"), line
+        assert "BLAKE3 verified" in line
+    assert lines[-1] == "--resume auto takes: step-00000006"
+
+
 def test_two_process_checkpoint_resumes_on_one_process(runs, tmp_path):
     notes = run(
         tmp_path, "two-to-one", batch_size=2 * BATCH, resume=runs / "straight/ckpt/step-00000003"
