@@ -10,6 +10,7 @@ import math
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,9 @@ import pytest
 pytest.importorskip("transformers", reason="pip install 'ampkit[hf]'")
 
 import torch.multiprocessing as mp  # noqa: E402
+
+#: How long the worker releases the GIL after its last collective (see the end of _worker).
+_GLOO_GRACE_S = 1.0
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(240)]
 
@@ -81,6 +85,10 @@ def _worker(rank: int, port: int, out: str) -> None:
     # peer is still in a collective (gloo aborts it then)
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+    # The HF Trainer's DDP model still holds the group: freed when this function returns,
+    # with the GIL held, its destructor joins gloo's worker thread, which may still wait for
+    # the GIL to drop the barrier's tensors (a hang seen in CI). Release the GIL first.
+    time.sleep(_GLOO_GRACE_S)
 
 
 def free_port() -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,10 @@ def _worker(rank: int, store: str, out: str) -> None:
         torch.save(result, Path(out) / f"rank{rank}.pt")
     finally:
         dist.destroy_process_group()
+        # the Trainer's model is freed when this returns, with the GIL held: give gloo's worker
+        # thread the GIL first to drop the last collective's tensors (else its destructor may
+        # wait forever on that thread)
+        time.sleep(1.0)
 
 
 @pytest.mark.slow

@@ -193,6 +193,13 @@ def teardown_distributed(ctx: DistContext, *, wait_for_all: bool = False) -> Non
     rank tears its connections down while a peer still has a collective in flight (gloo then
     aborts the peer at exit, "terminate called without an active exception"). Not after an
     error: a rank that died would never arrive.
+
+    Then, with several ranks, the GIL is released for a moment (:data:`_TRANSPORT_GRACE_S`):
+    gloo's worker thread takes it to drop the last collective's tensors. A DDP model freed
+    right after (the Trainer going out of scope) holds the group's last reference; its
+    destructor joins that thread with the GIL held, and would wait forever for a thread that
+    waits for the GIL (seen in py-spy: ``~ProcessGroupGloo`` -> ``std::thread::join`` beside
+    ``~AsyncAllgatherWork`` -> ``gil_scoped_acquire``).
     """
     global _created
     if ctx.owns_group and _created and dist.is_available() and dist.is_initialized():
@@ -200,6 +207,8 @@ def teardown_distributed(ctx: DistContext, *, wait_for_all: bool = False) -> Non
             dist.barrier()
         dist.destroy_process_group()
         _created = False
+    if ctx.distributed:
+        time.sleep(_TRANSPORT_GRACE_S)
 
 
 def all_gather(ctx: DistContext, value: Any) -> list[Any]:
