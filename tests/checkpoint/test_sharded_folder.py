@@ -25,7 +25,7 @@ def _shards(tmp, threads: int = 1) -> None:
     """DCP's files for one process; ``threads=2`` writes its tensors into two files."""
     state = {sharded.MODEL: {"a": torch.ones(64), "b": torch.zeros(64)}}
     writer = dcp.FileSystemWriter(str(tmp / "dcp"), thread_count=threads)
-    dcp.save(state, storage_writer=writer, no_dist=True)
+    dcp.save(state, storage_writer=writer)  # one process: DCP saves without a group
 
 
 def test_shards_another_process_wrote_and_this_one_cannot_see_are_not_committed(tmp_path):
