@@ -5,10 +5,11 @@
 #
 # It installs nothing from the network (the device has none): the device's own torch is used,
 # ampkit runs from src/ (PYTHONPATH, no build), and packages the image lacks travel as wheels
-# in .whl/ (prepared here, see /work/.library/device/README.md; torchao for the fp8 part:
+# in .whl/ (prepared here, see /work/.library/device/README.md; blake3, a core dependency the
+# checkpoints hash with, and torchao for the fp8 part; the device's Python version first):
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#       --implementation cp --platform manylinux_2_28_x86_64 -d .whl torchao==<matching>
+#       --implementation cp --platform manylinux_2_28_x86_64 -d .whl blake3 torchao==<matching>
 # ). Everything it prints also lands under $OUT: env.txt, pytest_gpu.log, gpu_bench.log and
 # gpu_bench.md / gpu_bench_*.json, checkpoint_speed.json. Each step has its own timeout so a
 # hang in one still leaves the others' figures.
@@ -27,6 +28,7 @@ export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
     python3 -c "import torch, ampkit; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0)); print('ampkit', ampkit.__file__)"
     python3 -c "import torchao; print('torchao', torchao.__version__)" 2>&1 | tail -1
+    python3 -c "import blake3; print('blake3', blake3.__version__)" 2>&1 | tail -1
 } 2>&1 | tee "$OUT/env.txt"
 
 echo "== pytest -m gpu"
