@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 from click.testing import CliRunner
 
-from ampkit import CheckpointError
 from ampkit.checkpoint import sharded
 from ampkit.checkpoint.folder import (
     begin_checkpoint,
@@ -17,6 +17,8 @@ from ampkit.checkpoint.folder import (
 from ampkit.checkpoint.survey import survey_checkpoints
 from ampkit.cli import main
 from ampkit.errors import ConfigurationError
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
 
 def _run_folder(tmp_path, steps=(2, 4, 6)):
@@ -59,16 +61,36 @@ def test_one_step_folder_and_a_checkpoints_folder_are_taken_as_they_are(tmp_path
     assert [c.step for c in survey_checkpoints(root).checks] == [3]
 
 
-def test_nothing_to_verify_is_a_usage_error_and_a_plain_dcp_folder_has_no_manifest(tmp_path):
+def test_nothing_to_verify_is_a_usage_error(tmp_path):
     with pytest.raises(ConfigurationError, match="does not exist"):
         survey_checkpoints(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigurationError, match="holds no checkpoint"):
         survey_checkpoints(tmp_path / "empty")
-    plain = tmp_path / "plain"
-    sharded.save({sharded.MODEL: {"w": torch.ones(3)}}, plain)
-    with pytest.raises(CheckpointError, match="no manifest to verify"):
-        survey_checkpoints(plain)
+
+
+def test_a_plain_dcp_folder_is_checked_as_far_as_its_index_allows(tmp_path):
+    plain = tmp_path / "step-1000"  # as torchtitan names them
+    state = {sharded.MODEL: {"w": torch.ones(300), "b": torch.zeros(5)}}
+    writer = dcp.FileSystemWriter(str(plain), thread_count=2)
+    dcp.save(state, storage_writer=writer)  # one process: DCP saves without a group
+    (check,) = survey_checkpoints(plain).checks
+    assert check.ok and check.plain_files == 2 and check.manifest is None
+    said = CliRunner().invoke(main, ["checkpoint", "verify", str(plain)])
+    assert said.exit_code == 0 and "its 2 shard files are complete" in said.stdout, said.output
+    shard = sorted(plain.glob("*.distcp"))[-1]
+    shard.write_bytes(shard.read_bytes()[:-1])  # one byte short of what the index places
+    (check,) = survey_checkpoints(plain).checks
+    assert (
+        not check.ok
+        and f"{shard} holds" in str(check.problem)
+        and "truncated" in str(check.problem)
+    )
+    shard.unlink()
+    (check,) = survey_checkpoints(plain).checks
+    assert f"{shard} is missing" in str(check.problem)
+    said = CliRunner().invoke(main, ["checkpoint", "verify", str(plain)])
+    assert said.exit_code == 1 and said.stdout.startswith("DAMAGED  step-1000")
 
 
 def test_the_command_prints_a_line_per_checkpoint_and_exits_1_when_one_is_damaged(tmp_path):

@@ -48,8 +48,10 @@ __all__ = [
     "PlainLayout",
     "async_save",
     "check_index",
+    "check_plain_files",
     "checkpoint_shapes",
     "dcp_failure",
+    "index_extents",
     "load_into",
     "load_plain_into",
     "plain_layout",
@@ -222,6 +224,50 @@ def check_index(folder: str | Path) -> set[str]:
         for info in storage.values()
         if isinstance(getattr(info, "relative_path", None), str)
     }
+
+
+def index_extents(folder: str | Path) -> dict[str, int]:
+    """For each shard file the DCP index of ``folder`` refers to, the bytes it must hold at
+    least (the end of the last record the index places in it). The index is read with the
+    allow-list.
+
+    Raises:
+        CheckpointError: the index cannot be read safely.
+    """
+    extents: dict[str, int] = {}
+    for info in (getattr(_index(folder), "storage_data", None) or {}).values():
+        name = getattr(info, "relative_path", None)
+        if isinstance(name, str):
+            end = int(getattr(info, "offset", 0) or 0) + int(getattr(info, "length", 0) or 0)
+            extents[name] = max(extents.get(name, 0), end)
+    return extents
+
+
+def check_plain_files(folder: str | Path) -> int:
+    """Check a ``torch.distributed.checkpoint`` folder that has no manifest as far as its index
+    allows: the index reads safely, and every shard file it names is there and holds at least
+    the bytes the index places in it. There are no hashes to check. Returns the number of shard
+    files.
+
+    Raises:
+        CheckpointError: the index cannot be read safely, or a shard file is missing or shorter
+            than the index says (the message names it).
+    """
+    root = Path(folder)
+    extents = index_extents(root)
+    for name, needed in sorted(extents.items()):
+        file = root / name
+        if not file.is_file():
+            raise CheckpointError(
+                f"checkpoint: {file} is missing; the index {root / '.metadata'} refers to it."
+            )
+        size = file.stat().st_size
+        if size < needed:
+            raise CheckpointError(
+                f"checkpoint: {file} holds {size} bytes, but the index places {needed} in it: "
+                "it is truncated."
+            )
+    return len(extents)
 
 
 def _model_entries(index: Any, prefix: str, skip: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -37,6 +37,9 @@ class CheckpointCheck:
         problem: why it fails verification (None: it is valid).
         manifest: its manifest when valid.
         seconds: how long verifying it took.
+        plain_files: for a ``torch.distributed.checkpoint`` folder ampkit did not write (no
+            manifest, so no hashes), the shard files found complete by its index's sizes;
+            None for ampkit's own checkpoints.
     """
 
     path: Path
@@ -44,6 +47,7 @@ class CheckpointCheck:
     problem: CheckpointError | None = None
     manifest: dict[str, Any] | None = None
     seconds: float = 0.0
+    plain_files: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -100,15 +104,26 @@ def _check(path: Path, step: int) -> CheckpointCheck:
     return CheckpointCheck(path, step, manifest=manifest, seconds=time.perf_counter() - started)
 
 
+def _check_plain(path: Path) -> CheckpointCheck:
+    from ampkit.checkpoint.sharded import check_plain_files
+
+    started = time.perf_counter()
+    try:
+        files = check_plain_files(path)
+    except CheckpointError as exc:
+        return CheckpointCheck(path, 0, problem=exc, seconds=time.perf_counter() - started)
+    return CheckpointCheck(path, 0, seconds=time.perf_counter() - started, plain_files=files)
+
+
 def survey_checkpoints(path: str | Path) -> Survey:
     """Verify every checkpoint that ``path`` names: one ``step-NNNNNNNN`` folder, or all the
-    complete checkpoints of a checkpoints folder or of a run folder's ``checkpoints/``.
+    complete checkpoints of a checkpoints folder or of a run folder's ``checkpoints/``. A
+    ``torch.distributed.checkpoint`` folder that ampkit did not write has no manifest: it is
+    checked as far as its index allows (:func:`~ampkit.checkpoint.sharded.check_plain_files`).
 
     Raises:
         ConfigurationError: nothing is at ``path``, or it holds no checkpoint (the message
             says where it looked).
-        CheckpointError: ``path`` is a ``torch.distributed.checkpoint`` folder that ampkit did
-            not write: it has no manifest to verify against.
     """
     given = Path(path)
     if not given.exists():
@@ -117,7 +132,7 @@ def survey_checkpoints(path: str | Path) -> Survey:
             "its checkpoints folder or one step-NNNNNNNN folder."
         )
     if is_plain_dcp(given):
-        verify_checkpoint(given)  # raises: there is no manifest to verify it against
+        return Survey(given.parent, [_check_plain(given)], [])
     step = checkpoint_step(given)
     if step is not None or (given / "manifest.json").exists() or not given.is_dir():
         return Survey(given.parent, [_check(given, step or 0)], [])

@@ -69,14 +69,22 @@ def verify(run: str) -> None:
     step-NNNNNNNN folder. Each file's size and hash are checked (the check every load and
     --resume auto make) and a sharded checkpoint's index is read safely. Prints one line per
     checkpoint and the one --resume auto would take; exits 1 when any checkpoint is damaged,
-    naming the file.
+    naming the file. RUN may also be a torch.distributed.checkpoint folder that ampkit did not
+    write (torchtitan's): it has no hashes, so its index is read safely and every shard file is
+    checked to be there and as long as the index says.
     """
     from ampkit.checkpoint.survey import survey_checkpoints
     from ampkit.errors import CheckpointError
 
     survey = survey_checkpoints(run)
     for check in survey.checks:
-        if check.ok:
+        if check.ok and check.plain_files is not None:
+            click.echo(
+                f"ok       {check.path.name}  a torch.distributed.checkpoint folder ampkit did "
+                f"not write: its index reads safely and its {check.plain_files} shard files "
+                "are complete by the index's sizes (no manifest, so no hashes to check)"
+            )
+        elif check.ok:
             click.echo(
                 f"ok       {check.path.name}  {check.layout}, {check.files} files, "
                 f"{check.bytes / 1e6:.1f} MB, {check.digest} verified in {check.seconds:.2f} s"
