@@ -3,6 +3,7 @@ and resume after SIGKILL under DDP. Every subprocess has a hard timeout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -46,6 +47,20 @@ def ampkit_train(out: Path, *args: str, wait: bool = True):
     return result
 
 
+def _session(sid: int) -> list[int]:
+    """The processes of session ``sid`` (the launcher started with ``start_new_session``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:  # state, ppid, pgrp, session
+                found.append(int(entry.name))
+    return found
+
+
 def weights(out: Path) -> dict[str, torch.Tensor]:
     return load_file(out / "model.safetensors")
 
@@ -86,7 +101,9 @@ def test_fsdp2_matches_one_process(tmp_path, strategy):
 
 
 def test_ddp_resume_after_sigkill_is_bitwise_equal(tmp_path):
-    args = ["--steps", "12", "--batch-size", "4", "--nproc", "2", "--checkpoint-every", "3"]
+    # 60 steps: a step takes a few ms here, so a shorter run can finish between the poll that
+    # sees row 7 and the kill
+    args = ["--steps", "60", "--batch-size", "4", "--nproc", "2", "--checkpoint-every", "3"]
     ampkit_train(tmp_path / "straight", *args)
     run = tmp_path / "killed"
     process = ampkit_train(run, *args, wait=False)
@@ -99,7 +116,12 @@ def test_ddp_resume_after_sigkill_is_bitwise_equal(tmp_path):
         if process.poll() is not None:
             pytest.fail("the run ended before it could be killed")
         time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)  # torchrun and both workers, mid-run
+    # the launcher, the torchrun agent and both workers, at once, mid-run. (Killing only the
+    # launcher's process group would reach the agent as SIGTERM, its own group, and the
+    # workers would stop gracefully, or, a moment late, finish the run.)
+    for pid in _session(process.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     process.wait(timeout=30)
     resumed = ampkit_train(run, *args, "--resume", "auto")
     assert "resumed from" in resumed.stdout
@@ -107,4 +129,4 @@ def test_ddp_resume_after_sigkill_is_bitwise_equal(tmp_path):
     for name, tensor in straight.items():
         assert torch.equal(final[name], tensor), name
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
-    assert steps == list(range(1, 13))  # rows after the checkpoint were replaced, not doubled
+    assert steps == list(range(1, 61))  # rows after the checkpoint were replaced, not doubled
