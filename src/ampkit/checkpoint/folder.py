@@ -70,10 +70,12 @@ __all__ = [
     "commit_checkpoint",
     "damaged_list",
     "find_checkpoints",
+    "incomplete_writes",
     "is_plain_dcp",
     "latest_valid_checkpoint",
     "load_checkpoint",
     "load_state",
+    "locate_checkpoints",
     "prune_checkpoints",
     "read_weights",
     "resolve_checkpoint",
@@ -698,16 +700,17 @@ def damaged_list(problems: Sequence[BaseException]) -> str:
     return f"{len(problems)} damaged: " + "; ".join(str(p) for p in problems)
 
 
-def resolve_checkpoint(path: str | Path) -> tuple[Path, list[CheckpointError]]:
-    """The checkpoint folder ``path`` names: a ``step-N`` folder itself, else the newest valid
-    checkpoint in ``path`` (a checkpoints folder) or in ``path/checkpoints`` (a run folder);
-    with the errors of newer damaged ones it skipped.
+def locate_checkpoints(path: str | Path, *, incomplete: bool = False) -> tuple[str, Path]:
+    """What ``path`` names, as every command that takes a run reads it: ``("plain", path)``, a
+    ``torch.distributed.checkpoint`` folder ampkit did not write; ``("one", path)``, one
+    checkpoint folder (a ``step-N`` name, a manifest or ``COMPLETE`` inside; or a file, which
+    verification refuses); or ``("root", folder)``, the folder holding the checkpoints: ``path``
+    itself (a checkpoints folder) or ``path/checkpoints`` (a run folder), the first with a
+    complete checkpoint (``incomplete=True``: or an incomplete write).
 
     Raises:
         ConfigurationError: nothing is at ``path``, or it holds no checkpoint (the message
             says where it looked).
-        CheckpointError: a ``step-N`` folder fails verification, or there are checkpoints but
-            none is valid (the reason of every damaged one is listed).
     """
     given = Path(path)
     looked = (
@@ -720,25 +723,49 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, list[CheckpointError]]:
             "--out DIR), its checkpoints folder or one step-NNNNNNNN folder."
         )
     if is_plain_dcp(given):
-        return given, []
+        return "plain", given
     named = _NAME.match(given.name) is not None
-    if given.is_dir() and (named or (given / _MANIFEST).exists() or (given / _MARKER).exists()):
-        verify_checkpoint(given)
-        return given, []
-    if not given.is_dir():
-        verify_checkpoint(given)  # raises: a file
+    if not given.is_dir() or named or (given / _MANIFEST).exists() or (given / _MARKER).exists():
+        return "one", given
     for root in (given, given / "checkpoints"):
-        if find_checkpoints(root):
-            info, problems = latest_valid_checkpoint(root)
-            if info is None:
-                raise CheckpointError(
-                    f"checkpoint: no valid checkpoint in {root} ({damaged_list(problems)})"
-                )
-            return info.path, problems
+        if find_checkpoints(root) or (incomplete and incomplete_writes(root)):
+            return "root", root
     raise ConfigurationError(
         f"checkpoint: {given} holds no checkpoint ({looked}). Pass a run folder (with "
         "checkpoints/), a checkpoints folder or a step-NNNNNNNN folder."
     )
+
+
+def incomplete_writes(folder: str | Path) -> list[Path]:
+    """The ``step-N.tmp-<pid>`` folders under ``folder``: writes not (yet) committed, never
+    loaded."""
+    root = Path(folder)
+    return sorted(p for p in root.glob("step-*.tmp-*") if p.is_dir()) if root.is_dir() else []
+
+
+def resolve_checkpoint(path: str | Path) -> tuple[Path, list[CheckpointError]]:
+    """The checkpoint folder ``path`` names: a ``step-N`` folder itself, else the newest valid
+    checkpoint in ``path`` (a checkpoints folder) or in ``path/checkpoints`` (a run folder);
+    with the errors of newer damaged ones it skipped.
+
+    Raises:
+        ConfigurationError: nothing is at ``path``, or it holds no checkpoint (the message
+            says where it looked).
+        CheckpointError: a ``step-N`` folder fails verification, or there are checkpoints but
+            none is valid (the reason of every damaged one is listed).
+    """
+    kind, found = locate_checkpoints(path)
+    if kind == "plain":
+        return found, []
+    if kind == "one":
+        verify_checkpoint(found)
+        return found, []
+    info, problems = latest_valid_checkpoint(found)
+    if info is None:
+        raise CheckpointError(
+            f"checkpoint: no valid checkpoint in {found} ({damaged_list(problems)})"
+        )
+    return info.path, problems
 
 
 def prune_checkpoints(folder: str | Path, keep_last: int) -> list[Path]:
@@ -755,7 +782,7 @@ def prune_checkpoints(folder: str | Path, keep_last: int) -> list[Path]:
     for info in find_checkpoints(root)[:-keep_last]:
         shutil.rmtree(info.path)
         removed.append(info.path)
-    for child in root.glob("step-*.tmp-*") if root.is_dir() else []:
+    for child in incomplete_writes(root):
         if child.name.endswith(f".tmp-{os.getpid()}"):
             continue
         shutil.rmtree(child, ignore_errors=True)

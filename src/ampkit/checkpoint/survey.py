@@ -19,10 +19,11 @@ from ampkit.checkpoint._digest import ALGORITHMS
 from ampkit.checkpoint.folder import (
     checkpoint_step,
     find_checkpoints,
-    is_plain_dcp,
+    incomplete_writes,
+    locate_checkpoints,
     verify_checkpoint,
 )
-from ampkit.errors import CheckpointError, ConfigurationError
+from ampkit.errors import CheckpointError
 
 __all__ = ["CheckpointCheck", "Survey", "survey_checkpoints"]
 
@@ -95,54 +96,38 @@ class Survey:
         return valid[-1] if valid else None
 
 
-def _check(path: Path, step: int) -> CheckpointCheck:
-    started = time.perf_counter()
-    try:
-        manifest = verify_checkpoint(path)
-    except CheckpointError as exc:
-        return CheckpointCheck(path, step, problem=exc, seconds=time.perf_counter() - started)
-    return CheckpointCheck(path, step, manifest=manifest, seconds=time.perf_counter() - started)
-
-
-def _check_plain(path: Path) -> CheckpointCheck:
+def _check(path: Path, step: int, *, plain: bool = False) -> CheckpointCheck:
+    """Verify one checkpoint folder (``plain``: a DCP folder ampkit did not write, as far as
+    its index allows), timed."""
     from ampkit.checkpoint.sharded import check_plain_files
 
     started = time.perf_counter()
+    found: dict[str, Any]
     try:
-        files = check_plain_files(path)
+        if plain:
+            found = {"plain_files": check_plain_files(path)}
+        else:
+            found = {"manifest": verify_checkpoint(path)}
     except CheckpointError as exc:
-        return CheckpointCheck(path, 0, problem=exc, seconds=time.perf_counter() - started)
-    return CheckpointCheck(path, 0, seconds=time.perf_counter() - started, plain_files=files)
+        found = {"problem": exc}
+    return CheckpointCheck(path, step, seconds=time.perf_counter() - started, **found)
 
 
 def survey_checkpoints(path: str | Path) -> Survey:
     """Verify every checkpoint that ``path`` names: one ``step-NNNNNNNN`` folder, or all the
-    complete checkpoints of a checkpoints folder or of a run folder's ``checkpoints/``. A
-    ``torch.distributed.checkpoint`` folder that ampkit did not write has no manifest: it is
-    checked as far as its index allows (:func:`~ampkit.checkpoint.sharded.check_plain_files`).
+    complete checkpoints of a checkpoints folder or of a run folder's ``checkpoints/``
+    (:func:`~ampkit.checkpoint.folder.locate_checkpoints`, as ``checkpoint export`` reads
+    it). A ``torch.distributed.checkpoint`` folder that ampkit did not write has no manifest:
+    it is checked as far as its index allows
+    (:func:`~ampkit.checkpoint.sharded.check_plain_files`).
 
     Raises:
         ConfigurationError: nothing is at ``path``, or it holds no checkpoint (the message
             says where it looked).
     """
-    given = Path(path)
-    if not given.exists():
-        raise ConfigurationError(
-            f"checkpoint: {given} does not exist. Pass a run folder (ampkit train --out DIR), "
-            "its checkpoints folder or one step-NNNNNNNN folder."
-        )
-    if is_plain_dcp(given):
-        return Survey(given.parent, [_check_plain(given)], [])
-    step = checkpoint_step(given)
-    if step is not None or (given / "manifest.json").exists() or not given.is_dir():
-        return Survey(given.parent, [_check(given, step or 0)], [])
-    for root in (given, given / "checkpoints"):
-        found = find_checkpoints(root)
-        incomplete = sorted(p for p in root.glob("step-*.tmp-*") if p.is_dir())
-        if found or incomplete:
-            return Survey(root, [_check(info.path, info.step) for info in found], incomplete)
-    raise ConfigurationError(
-        f"checkpoint: {given} holds no checkpoint (looked for step-NNNNNNNN folders in {given} "
-        f"and in {given / 'checkpoints'}). Pass a run folder (with checkpoints/), a "
-        "checkpoints folder or a step-NNNNNNNN folder."
-    )
+    kind, found = locate_checkpoints(path, incomplete=True)
+    if kind != "root":
+        step = checkpoint_step(found) or 0
+        return Survey(found.parent, [_check(found, step, plain=kind == "plain")], [])
+    checks = [_check(info.path, info.step) for info in find_checkpoints(found)]
+    return Survey(found, checks, incomplete_writes(found))
