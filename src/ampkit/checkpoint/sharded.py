@@ -217,13 +217,7 @@ def check_index(folder: str | Path) -> set[str]:
     Raises:
         CheckpointError: the index cannot be read safely; the message names the file.
     """
-    index = _index(folder)
-    storage = getattr(index, "storage_data", None) or {}
-    return {
-        str(info.relative_path)
-        for info in storage.values()
-        if isinstance(getattr(info, "relative_path", None), str)
-    }
+    return set(index_extents(folder))
 
 
 def index_extents(folder: str | Path) -> dict[str, int]:
@@ -415,16 +409,19 @@ def plain_layout(folder: str | Path) -> PlainLayout:
 
 def plain_shapes(folder: str | Path, layout: PlainLayout) -> dict[str, tuple[int, ...]]:
     """The global shape of every model tensor of a DCP checkpoint ampkit did not write."""
+    return {name: tuple(meta.size) for name, meta in _plain_entries(folder, layout).items()}
+
+
+def _plain_entries(folder: str | Path, layout: PlainLayout) -> dict[str, Any]:
+    """The model tensors' index entries of a DCP checkpoint ampkit did not write."""
     skip = () if layout.model_prefix else _NOT_MODEL
-    entries = _model_entries(_index(folder), layout.model_prefix, skip)
-    return {name: tuple(meta.size) for name, meta in entries.items()}
+    return _model_entries(_index(folder), layout.model_prefix, skip)
 
 
 def read_plain_model_weights(folder: str | Path, layout: PlainLayout) -> dict[str, torch.Tensor]:
     """Consolidate the model weights of a DCP checkpoint ampkit did not write, in one process
     and without a process group (nothing else is read)."""
-    skip = () if layout.model_prefix else _NOT_MODEL
-    entries = _model_entries(_index(folder), layout.model_prefix, skip)
+    entries = _plain_entries(folder, layout)
     model = {
         name: torch.empty(tuple(m.size), dtype=m.properties.dtype) for name, m in entries.items()
     }
