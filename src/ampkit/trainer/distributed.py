@@ -257,16 +257,9 @@ def agree_on_end(ctx: DistContext, step: int) -> None:
 
 
 def fsdp2_api() -> tuple[Callable[..., Any], type]:
-    """FSDP2's ``fully_shard`` and ``MixedPrecisionPolicy``: public in ``torch.distributed.fsdp``
-    from torch 2.6, under ``torch.distributed._composable.fsdp`` in torch 2.5."""
-    try:
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    except ImportError:  # torch 2.5
-        from torch.distributed._composable.fsdp import (  # type: ignore[no-redef]
-            MixedPrecisionPolicy,
-            fully_shard,
-        )
-    return fully_shard, MixedPrecisionPolicy
+    """FSDP2's ``fully_shard`` and ``MixedPrecisionPolicy``
+    (:func:`~ampkit.trainer.parallel.fsdp2_name`)."""
+    return parallel.fsdp2_name("fully_shard"), parallel.fsdp2_name("MixedPrecisionPolicy")
 
 
 def fsdp_mixed_precision(policy: Policy):  # -> torch.distributed.fsdp.MixedPrecisionPolicy

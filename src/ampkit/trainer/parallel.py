@@ -31,6 +31,7 @@ __all__ = [
     "apply_activation_checkpointing",
     "check_module_targets",
     "default_shard_size",
+    "fsdp2_name",
     "fsdp_options",
     "hsdp_mesh",
     "is_sharded",
@@ -161,6 +162,19 @@ def hsdp_mesh(device_type: str, world_size: int, shard_size: int | None = None) 
     )
 
 
+def fsdp2_name(name: str) -> Any:
+    """One of FSDP2's names (``fully_shard``, ``MixedPrecisionPolicy``, ``CPUOffloadPolicy``):
+    public in ``torch.distributed.fsdp`` from torch 2.6, under
+    ``torch.distributed._composable.fsdp`` in torch 2.5."""
+    import torch.distributed.fsdp as public
+
+    if hasattr(public, name):
+        return getattr(public, name)
+    import torch.distributed._composable.fsdp as torch_2_5
+
+    return getattr(torch_2_5, name)
+
+
 def fsdp_options(
     strategy: str,
     device_type: str,
@@ -181,13 +195,8 @@ def fsdp_options(
     if strategy == "hsdp":
         options["mesh"] = hsdp_mesh(device_type, world_size, hsdp_shard_size)
     if cpu_offload:
-        try:
-            from torch.distributed.fsdp import CPUOffloadPolicy
-        except ImportError:  # torch 2.5
-            from torch.distributed._composable.fsdp import (  # type: ignore[no-redef]
-                CPUOffloadPolicy,
-            )
-        options["offload_policy"] = CPUOffloadPolicy(pin_memory=device_type != "cpu")
+        offload = fsdp2_name("CPUOffloadPolicy")
+        options["offload_policy"] = offload(pin_memory=device_type != "cpu")
     return options
 
 
