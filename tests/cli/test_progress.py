@@ -61,7 +61,8 @@ def test_lint_prints_nothing_extra_off_a_terminal(tmp_path):
     assert (shown.stdout, shown.stderr) == (quiet.stdout, quiet.stderr) == ("", "")
 
 
-def test_export_reports_each_parity_batch(tmp_path):
+def _export_progress(tmp_path, precision: str, parity_batches: int) -> list[tuple[str, int, int]]:
+    """The progress calls of ``ampkit.export`` of a small MLP to torch-export."""
     import torch
 
     import ampkit
@@ -73,11 +74,16 @@ def test_export_reports_each_parity_batch(tmp_path):
         model,
         torch.randn(2, 8),
         tmp_path / "m.pt2",
-        precision="fp32",
+        precision=precision,
         format="torch-export",
-        parity_batches=2,
+        parity_batches=parity_batches,
         progress=lambda *c: calls.append(c),
     )
+    return calls
+
+
+def test_export_reports_each_parity_batch(tmp_path):
+    calls = _export_progress(tmp_path, "fp32", parity_batches=2)
     assert calls == [
         *(("fp32 reference batches", done, 3) for done in (1, 2, 3)),
         *(("parity batches", done, 3) for done in (1, 2, 3)),
@@ -91,22 +97,7 @@ def test_every_long_command_has_no_progress():
 
 
 def test_export_passes_the_doctors_progress_on(tmp_path):
-    import torch
-
-    import ampkit
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
-    calls: list[tuple[str, int, int]] = []
-    ampkit.export(
-        model,
-        torch.randn(2, 8),
-        tmp_path / "m.pt2",
-        precision="bf16",
-        format="torch-export",
-        parity_batches=1,
-        progress=lambda *c: calls.append(c),
-    )
+    calls = _export_progress(tmp_path, "bf16", parity_batches=1)
     assert ("doctor: fp32 steps", 1, 1) in calls
     assert ("doctor: module re-runs", 4, 4) in calls  # the Sequential and its three layers
     assert calls[-1] == ("parity batches", 2, 2)
