@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 import math
-import time
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
+from gloo_group import gloo_group
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -60,14 +58,7 @@ def train(model, engine, rank: int, world: int, inject_inf_on: int | None = None
 
 
 def _worker(rank: int, store: str, out: str, precision: str) -> None:
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{store}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    try:
+    with gloo_group(rank, WORLD, store):
         warnings.simplefilter("ignore")
         model = DDP(make_model())
         calls = []
@@ -90,13 +81,6 @@ def _worker(rank: int, store: str, out: str, precision: str) -> None:
             },
             Path(out) / f"rank{rank}.pt",
         )
-    finally:
-        dist.destroy_process_group()
-        # This worker made its own group (no Trainer, so not ampkit's exit hook): give gloo's
-        # threads the GIL to release their last collective before the interpreter finalizes,
-        # as ampkit.trainer.distributed's exit hook does (else it may abort, "terminate called
-        # without an active exception").
-        time.sleep(0.25)
 
 
 def run_ddp(tmp_path: Path, precision: str) -> list[dict]:

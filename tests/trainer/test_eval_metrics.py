@@ -3,15 +3,13 @@ the trackers' values and Callback.on_eval; under DDP the sums of every rank."""
 
 from __future__ import annotations
 
-import datetime
 import json
-import time
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
+from gloo_group import gloo_group
 from torch import nn
 
 import ampkit
@@ -176,22 +174,9 @@ SHARDS = [EVAL[:2], EVAL[2:]]  # rank 0: 8 right of 8 in 2 batches; rank 1: 0 of
 
 
 def _worker(rank: int, store: str, out: str) -> None:
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{store}",
-        rank=rank,
-        world_size=WORLD,
-        timeout=datetime.timedelta(seconds=60),
-    )
-    try:
+    with gloo_group(rank, WORLD, store):
         result = make().evaluate_metrics(SHARDS[rank], {"accuracy": ampkit.accuracy})
         torch.save(result, Path(out) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-        # the Trainer's model is freed when this returns, with the GIL held: give gloo's worker
-        # thread the GIL first to drop the last collective's tensors (else its destructor may
-        # wait forever on that thread)
-        time.sleep(1.0)
 
 
 @pytest.mark.slow
