@@ -12,10 +12,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the netwo
 import pytest
 import torch
 from click.testing import CliRunner
+from snapshots import assert_same, params
 
 transformers = pytest.importorskip(
     "transformers", reason="the Hugging Face tests need transformers: pip install 'ampkit[hf]'"
 )
+
 
 import ampkit  # noqa: E402
 from ampkit.bench import run_bench  # noqa: E402
@@ -51,16 +53,6 @@ DECODERS = ["llama", "qwen2", "gemma", "gpt_neox", "opt", "falcon", "mixtral", "
 def build(name: str, batch_size: int = 2, extra: str = "", seq_len: int = SEQ) -> BuiltModel:
     seq = "" if name in ("vit",) else f",seq_len={seq_len}"
     return build_model(f"hf:{name}:tiny{seq}{extra}", batch_size=batch_size)
-
-
-def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
-
-
-def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
 
 
 def _logits(output) -> torch.Tensor:

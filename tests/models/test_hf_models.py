@@ -12,10 +12,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the netwo
 import pytest
 import torch
 from click.testing import CliRunner
+from snapshots import assert_same, params
 
 transformers = pytest.importorskip(
     "transformers", reason="the Hugging Face tests need transformers: pip install 'ampkit[hf]'"
 )
+
 
 import ampkit  # noqa: E402
 from ampkit.cli import main  # noqa: E402
@@ -35,16 +37,6 @@ def tied(model: torch.nn.Module) -> bool:
     """The input embedding and the LM head are one tensor (all three models tie them)."""
     head = model.get_output_embeddings().weight
     return head is model.get_input_embeddings().weight
-
-
-def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
-
-
-def assert_same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        assert torch.equal(a[key], b[key]), key
 
 
 # -- MixedPrecision: the README loop on a real model, against torch's own AMP loop ----------
