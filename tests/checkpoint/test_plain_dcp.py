@@ -53,6 +53,19 @@ def trained() -> tuple[nn.Module, torch.optim.Optimizer]:
     return model, optimizer
 
 
+def control_step(model: nn.Module, optimizer: torch.optim.Optimizer | None) -> nn.Module:
+    """A copy of ``model`` after one more AdamW step on the Trainer's first batch, from the
+    state of ``optimizer`` (None: a fresh AdamW): what a resumed Trainer's first step gives."""
+    control = copy.deepcopy(model)
+    control_optimizer = adamw(control.parameters())
+    if optimizer is not None:
+        control_optimizer.load_state_dict(optimizer.state_dict())
+    x, y = batches()[0]
+    nn.functional.cross_entropy(control(x), y).backward()
+    control_optimizer.step()
+    return control
+
+
 def save_plain(folder: Path, state: dict) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # DCP's note that no process group exists
@@ -84,12 +97,7 @@ def test_trainer_resumes_model_and_optimizer_then_steps_as_the_original_would(pl
     folder, model, optimizer = plain
     assert is_plain_dcp(folder)
     # control: one more step of the original model and optimizer on the Trainer's first batch
-    control = copy.deepcopy(model)
-    control_optimizer = adamw(control.parameters())
-    control_optimizer.load_state_dict(optimizer.state_dict())
-    x, y = batches()[0]
-    nn.functional.cross_entropy(control(x), y).backward()
-    control_optimizer.step()
+    control = control_step(model, optimizer)
 
     t = trainer(tmp_path, folder)
     result = t.fit(batches())
@@ -110,12 +118,7 @@ def test_torchtitans_layout_flat_model_and_flattened_optimizer_resumes(tmp_path)
         model, optimizer, options=StateDictOptions(flatten_optimizer_state_dict=True)
     )
     folder = save_plain(tmp_path / "titan", {**sd, "optimizer": osd})
-    control = copy.deepcopy(model)
-    control_optimizer = adamw(control.parameters())
-    control_optimizer.load_state_dict(optimizer.state_dict())
-    x, y = batches()[0]
-    nn.functional.cross_entropy(control(x), y).backward()
-    control_optimizer.step()
+    control = control_step(model, optimizer)
     t = trainer(tmp_path, folder)
     notes = t.fit(batches()).notes
     assert any("loaded the model weights and the optimizer state" in n for n in notes), notes
@@ -132,11 +135,7 @@ def test_model_only_checkpoint_at_the_top_loads_weights_and_says_the_optimizer_i
     assert "loaded the model weights from it" in note
     assert "the optimizer starts fresh: it holds no optimizer state" in note
     # a fresh AdamW's first step from the loaded weights: the control
-    control = copy.deepcopy(model)
-    control_optimizer = adamw(control.parameters())
-    x, y = batches()[0]
-    nn.functional.cross_entropy(control(x), y).backward()
-    control_optimizer.step()
+    control = control_step(model, None)
     for name, tensor in control.state_dict().items():
         assert torch.equal(t.raw_model.state_dict()[name], tensor), name
 
