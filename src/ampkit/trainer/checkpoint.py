@@ -20,6 +20,8 @@ the Trainer itself. Resharding (a resume on another world size) is in :mod:`ampk
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -362,9 +364,6 @@ def unshared_ranks(ctx: DistContext, checkpoint_dir: Path) -> list[int]:
     when rank 0 cannot write there (the checkpoint write reports that itself)."""
     if not ctx.distributed:
         return []
-    import time
-    import uuid
-
     token: str | None = None
     if ctx.is_main:
         try:
@@ -516,8 +515,6 @@ def set_aside_lost_metrics(metrics_file: Path) -> Path | None:
     Raises:
         StorageError: the file cannot be renamed.
     """
-    import time
-
     from ampkit.errors import StorageError
 
     if not metrics_file.is_file() or not metrics_file.stat().st_size:
