@@ -40,21 +40,21 @@ if TYPE_CHECKING:
     from ampkit.errors import StorageError as StorageError
     from ampkit.errors import TrainingInterrupted as TrainingInterrupted
     from ampkit.errors import UnsupportedPrecisionError as UnsupportedPrecisionError
-    from ampkit.gpt.config import TrainConfig as TrainConfig
-    from ampkit.gpt.job import TrainSummary as TrainSummary
-    from ampkit.gpt.job import train as train
+    from ampkit.job.config import TrainConfig as TrainConfig
+    from ampkit.job.job import TrainSummary as TrainSummary
+    from ampkit.job.job import train as train
     from ampkit.precision.bf16_true import CompensatedOptimizer as CompensatedOptimizer
     from ampkit.precision.bf16_true import lost_update_fraction as lost_update_fraction
     from ampkit.precision.engine import MixedPrecision as MixedPrecision
     from ampkit.precision.engine import StepResult as StepResult
-    from ampkit.precision.formats import NumberFormat as NumberFormat
-    from ampkit.precision.formats import number_format as number_format
-    from ampkit.precision.formats import number_formats as number_formats
+    from ampkit.precision.float_formats import NumberFormat as NumberFormat
+    from ampkit.precision.float_formats import number_format as number_format
+    from ampkit.precision.float_formats import number_formats as number_formats
     from ampkit.precision.fp8 import Fp8Plan as Fp8Plan
     from ampkit.precision.fp8 import fp8_plan as fp8_plan
+    from ampkit.precision.fp32_modules import Fp32Islands as Fp32Islands
+    from ampkit.precision.fp32_modules import keep_fp32 as keep_fp32
     from ampkit.precision.inference import predict as predict
-    from ampkit.precision.islands import Fp32Islands as Fp32Islands
-    from ampkit.precision.islands import keep_fp32 as keep_fp32
     from ampkit.precision.modes import Bf16True as Bf16True
     from ampkit.precision.modes import Fp8 as Fp8
     from ampkit.precision.modes import Fp32 as Fp32
@@ -113,12 +113,12 @@ _EXPORTS: dict[str, str] = {
     "StorageError": "ampkit.errors",
     "TrainingInterrupted": "ampkit.errors",
     "UnsupportedPrecisionError": "ampkit.errors",
-    "NumberFormat": "ampkit.precision.formats",
-    "number_format": "ampkit.precision.formats",
-    "number_formats": "ampkit.precision.formats",
+    "NumberFormat": "ampkit.precision.float_formats",
+    "number_format": "ampkit.precision.float_formats",
+    "number_formats": "ampkit.precision.float_formats",
     "predict": "ampkit.precision.inference",
-    "Fp32Islands": "ampkit.precision.islands",
-    "keep_fp32": "ampkit.precision.islands",
+    "Fp32Islands": "ampkit.precision.fp32_modules",
+    "keep_fp32": "ampkit.precision.fp32_modules",
     "Bf16True": "ampkit.precision.modes",
     "Fp8": "ampkit.precision.modes",
     "Fp32": "ampkit.precision.modes",
@@ -139,15 +139,15 @@ _EXPORTS: dict[str, str] = {
     "EvalResult": "ampkit.trainer",
     "accuracy": "ampkit.trainer",
     "LoggingConfig": "ampkit.trainer",
-    "TrainConfig": "ampkit.gpt.config",
-    "TrainSummary": "ampkit.gpt.job",
-    "train": "ampkit.gpt.job",
+    "TrainConfig": "ampkit.job.config",
+    "TrainSummary": "ampkit.job.job",
+    "train": "ampkit.job.job",
     "to_device": "ampkit._tree",
 }
 
 
 #: Modules of public names that import no torch (everything else needs it installed).
-_TORCH_FREE = frozenset({"ampkit.errors", "ampkit.gpt.config"})
+_TORCH_FREE = frozenset({"ampkit.errors", "ampkit.job.config"})
 
 
 def __getattr__(name: str) -> Any:

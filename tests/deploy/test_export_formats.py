@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import ampkit
-from ampkit.deploy.formats import FORMATS, ExportFormat, format_names, get_format, register
-from ampkit.deploy.formats.onnx import OnnxFormat
-from ampkit.deploy.formats.torch_export import TorchExportFormat
+from ampkit.deploy.export_formats import FORMATS, ExportFormat, format_names, get_format, register
+from ampkit.deploy.export_formats.onnx import OnnxFormat
+from ampkit.deploy.export_formats.torch_export import TorchExportFormat
 from ampkit.errors import ConfigurationError
 
 

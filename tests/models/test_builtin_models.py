@@ -38,7 +38,7 @@ def test_a_new_builtin_is_one_registered_builder():
 
 
 def test_gpt_defaults_are_gptconfig_and_ampkit_train_defaults():
-    from ampkit.gpt.config import TrainConfig
+    from ampkit.job.config import TrainConfig
 
     config, train = GPTConfig(), TrainConfig()
     assert GPT_DEFAULTS["seq_len"] == config.block_size == train.seq_len

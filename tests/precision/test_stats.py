@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ampkit.precision.formats import number_format
+from ampkit.precision.float_formats import number_format
 from ampkit.precision.stats import RangeStats, effective_loss_scale, format_limits
 
 LIMITS = format_limits()

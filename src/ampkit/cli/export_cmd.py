@@ -15,7 +15,7 @@ __all__ = ["export"]
 
 
 class _FormatChoice(click.Choice):
-    """``--format``'s choices: the names registered in :mod:`ampkit.deploy.formats`, read when
+    """``--format``'s choices: the names registered in :mod:`ampkit.deploy.export_formats`, read when
     click first needs them (importing ``ampkit.deploy`` imports torch, which ``ampkit --help``
     and the other commands should not pay for)."""
 
@@ -24,7 +24,7 @@ class _FormatChoice(click.Choice):
 
     @property  # type: ignore[override]
     def choices(self) -> tuple[str, ...]:
-        from ampkit.deploy.formats import format_names
+        from ampkit.deploy.export_formats import format_names
 
         return format_names()
 
@@ -62,7 +62,7 @@ class _FormatChoice(click.Choice):
     default="onnx",
     show_default=True,
     help="onnx (torch's dynamo exporter) or torch-export (ExportedProgram under autocast); "
-    "the formats registered in ampkit.deploy.formats.",
+    "the formats registered in ampkit.deploy.export_formats.",
 )
 @click.option(
     "--out",
@@ -203,7 +203,7 @@ def _check_suffix(out: str, format_name: str) -> None:
     """Refuse an ``--out`` whose suffix is not the one ``--format`` writes."""
     from pathlib import Path
 
-    from ampkit.deploy.formats import FORMATS, get_format
+    from ampkit.deploy.export_formats import FORMATS, get_format
     from ampkit.errors import ConfigurationError
 
     suffix = get_format(format_name).suffix

@@ -22,7 +22,7 @@ def formats(as_json: bool) -> None:
       ampkit formats
       ampkit formats --json | python -m json.tool
     """
-    from ampkit.precision.formats import format_table, number_formats
+    from ampkit.precision.float_formats import format_table, number_formats
 
     table = number_formats()
     if as_json:

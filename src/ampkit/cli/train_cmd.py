@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ampkit.gpt.config import TrainConfig
+from ampkit.job.config import TrainConfig
 
 __all__ = ["train"]
 
@@ -300,7 +300,7 @@ def train(**options: Any) -> None:
         if spec is not None:
             sys.exit(_launch_torchrun(config, spec, given))
     _tie_worker_to_agent()
-    from ampkit.gpt.job import train as run_training
+    from ampkit.job.job import train as run_training
     from ampkit.trainer.callbacks import ProgressBar
 
     with _worker_errors():
@@ -565,7 +565,7 @@ def _launch_torchrun(config: TrainConfig, spec: Any, given: frozenset[str]) -> i
     import signal
 
     from ampkit.cli.torchrun import launch
-    from ampkit.gpt.job import prepare_run
+    from ampkit.job.job import prepare_run
 
     first_node = spec.node_rank == 0 and spec.rdzv_endpoint is None
     with prepare_run(

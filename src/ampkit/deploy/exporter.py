@@ -9,8 +9,8 @@ The steps, each one in its own module:
 
 1. :mod:`~ampkit.deploy.signature`: the inputs and outputs as flat, named tensors; the fp32
    reference outputs on the example inputs and a few more parity batches.
-2. :mod:`~ampkit.deploy.islands`: the modules to keep in fp32 (the doctor's, or yours).
-3. The format (:mod:`ampkit.deploy.formats`, one module per format, looked up by name) converts:
+2. :mod:`~ampkit.deploy.fp32_nodes`: the modules to keep in fp32 (the doctor's, or yours).
+3. The format (:mod:`ampkit.deploy.export_formats`, one module per format, looked up by name) converts:
    ``onnx``: :mod:`~ampkit.deploy.capture` (``torch.export``, then torch's dynamo exporter),
    :mod:`~ampkit.deploy.lowering` (the fp16/bf16 graph with its fp32 block-list) and
    :mod:`~ampkit.deploy.dtypes` (every node's inputs agree in dtype); ``torch-export``: the
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ampkit.deploy.formats import FORMATS, ExportFormat, get_format
+from ampkit.deploy.export_formats import FORMATS, ExportFormat, get_format
 from ampkit.deploy.parity import TOLERANCES, ParityReport, Tolerance
 from ampkit.deploy.result import ExportResult
 from ampkit.deploy.signature import (
@@ -168,7 +168,7 @@ def export(
         example_inputs: a tensor, a tuple of tensors (positional) or a dict (keywords).
         path: the file to write (``.onnx``, or ``.pt2`` for torch-export).
         precision: ``fp16``, ``bf16`` or ``fp32`` (or an alias such as ``float16``).
-        format: a name of :data:`~ampkit.deploy.formats.FORMATS`: ``onnx`` (torch's dynamo
+        format: a name of :data:`~ampkit.deploy.export_formats.FORMATS`: ``onnx`` (torch's dynamo
             exporter, then the low-precision graph) or ``torch-export`` (an
             ``ExportedProgram`` under the precision's autocast).
         keep_fp32: module names to keep in fp32 on top of the op block-list; ``None`` asks
@@ -233,7 +233,7 @@ def export(
                 f"{target.parent}: {', '.join(stale)}"
             )
         if keep_fp32 is None:
-            from ampkit.deploy.islands import doctor_keep_fp32
+            from ampkit.deploy.fp32_nodes import doctor_keep_fp32
 
             modules, doctor_notes = doctor_keep_fp32(model, signature, precision, progress)
             kept = dict.fromkeys(modules, "doctor")

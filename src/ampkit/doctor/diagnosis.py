@@ -35,7 +35,7 @@ from ampkit.doctor.recorder import ModuleState, Recorder
 from ampkit.doctor.report import NumericsReport
 from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, PhaseRow
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
-from ampkit.precision.formats import number_formats
+from ampkit.precision.float_formats import number_formats
 from ampkit.precision.hardware import HardwareInfo
 from ampkit.precision.modes import PrecisionMode, precision_mode
 from ampkit.precision.policy import analysis_policy, parse_precision, resolve_precision

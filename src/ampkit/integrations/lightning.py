@@ -151,7 +151,7 @@ class AmpkitPrecision(_Precision):
         """bf16-true: cast to bf16 (kept modules stay fp32); others: unchanged."""
         self.mp.prepare_model(module)
         if self.keep_fp32 and self._islands is None:
-            from ampkit.precision.islands import keep_fp32
+            from ampkit.precision.fp32_modules import keep_fp32
 
             self._islands = keep_fp32(module, self.keep_fp32)
         return module

@@ -13,8 +13,8 @@ command line) is built on this package, and this package imports none of them:
 * :mod:`~ampkit.precision.bf16_true` and :mod:`~ampkit.precision.fp8`: the low-precision
   weight and matmul machinery those modes use;
 * shared assets: :mod:`~ampkit.precision.batches` (how a batch becomes a loss),
-  :mod:`~ampkit.precision.stats` (range statistics), :mod:`~ampkit.precision.islands`
-  (fp32 islands), :mod:`~ampkit.precision.formats` (number formats from ``torch.finfo``),
+  :mod:`~ampkit.precision.stats` (range statistics), :mod:`~ampkit.precision.fp32_modules`
+  (modules kept in fp32 under autocast), :mod:`~ampkit.precision.float_formats` (number formats from ``torch.finfo``),
   :mod:`~ampkit.precision.inference` (``predict``).
 
 Import from the submodules; nothing is imported here, so ``import ampkit.precision`` is free.

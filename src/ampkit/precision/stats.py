@@ -1,6 +1,6 @@
 """Range statistics of fp32 tensors measured against the low-precision formats.
 
-Every threshold comes from :func:`ampkit.precision.formats.number_format` (that is, from ``torch.finfo``):
+Every threshold comes from :func:`ampkit.precision.float_formats.number_format` (that is, from ``torch.finfo``):
 
 * **overflow**: a value overflows when its magnitude is at least ``max + ulp(max) / 2`` (round to
   nearest: anything from there up rounds past the largest finite value). fp16's is 65520.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ampkit.precision.formats import NumberFormat, number_formats
+from ampkit.precision.float_formats import NumberFormat, number_formats
 
 __all__ = [
     "HIST_MIN_EXPONENT",

@@ -25,7 +25,7 @@ from typing import Any
 from torch import nn
 
 from ampkit.errors import ConfigurationError
-from ampkit.precision.islands import select_modules
+from ampkit.precision.fp32_modules import select_modules
 
 __all__ = [
     "apply_activation_checkpointing",

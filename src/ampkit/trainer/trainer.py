@@ -129,7 +129,7 @@ class Trainer:
         scaler: a configured :class:`~ampkit.LossScaler` for fp16 (default: one with the
             standard settings); refused under bf16/fp32, which need no loss scaling.
         keep_fp32: module names or types to run in fp32 inside autocast
-            (:func:`ampkit.precision.islands`, e.g. ``ampkit doctor``'s recommendation).
+            (:func:`ampkit.precision.fp32_modules`, e.g. ``ampkit doctor``'s recommendation).
         final_weights: write the final weights here in fp32 safetensors (rank 0; gathered
             from the shards under FSDP2).
         checkpoint: a :class:`~ampkit.CheckpointConfig` (folder, interval, retention, resume,
@@ -296,7 +296,7 @@ class Trainer:
         self.final_weights = Path(final_weights) if final_weights else None
         self.fp32_islands = None
         if keep_fp32:  # validated now, before any step; the hooks live as long as the model
-            from ampkit.precision.islands import keep_fp32 as make_islands
+            from ampkit.precision.fp32_modules import keep_fp32 as make_islands
 
             self.fp32_islands = make_islands(model, keep_fp32)
         self.state = TrainerState()

@@ -9,8 +9,8 @@ import torch
 
 from ampkit import CheckpointError, ConfigurationError, RunInUseError, TrainConfig
 from ampkit.checkpoint.folder import write_checkpoint
-from ampkit.gpt.resume import run_record
-from ampkit.gpt.run_folder import open_run_folder
+from ampkit.job.resume import run_record
+from ampkit.job.run_folder import open_run_folder
 
 
 def open_folder(config: TrainConfig, sha: str = "abc"):

@@ -8,7 +8,7 @@ import io
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ampkit.deploy.formats.base import Converted, ExportFormat, register
+from ampkit.deploy.export_formats.base import Converted, ExportFormat, register
 
 if TYPE_CHECKING:
     import numpy as np
@@ -67,7 +67,7 @@ class TorchExportFormat(ExportFormat):
 
         from ampkit.deploy.capture import capture
         from ampkit.errors import ExportError
-        from ampkit.precision.islands import keep_fp32 as keep_in_fp32
+        from ampkit.precision.fp32_modules import keep_fp32 as keep_in_fp32
 
         module: torch.nn.Module = flat
         islands = None

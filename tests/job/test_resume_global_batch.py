@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ampkit import ConfigurationError, TrainConfig
-from ampkit.gpt.resume import check_resume_config, run_record
+from ampkit.job.resume import check_resume_config, run_record
 
 
 def check(saved: TrainConfig, saved_world: int, now: TrainConfig, world: int) -> list[str]:

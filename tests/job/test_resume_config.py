@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ampkit import ConfigurationError, TrainConfig
-from ampkit.gpt.resume import carry_over, check_resume_config, override_lr, run_record
+from ampkit.job.resume import carry_over, check_resume_config, override_lr, run_record
 
 SAVED = run_record(TrainConfig(seed=1, batch_size=4, out="runs/a", steps=10), "abc")
 

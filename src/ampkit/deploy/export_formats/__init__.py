@@ -1,20 +1,20 @@
 """The output formats of :func:`ampkit.export`, one module each, registered in one place.
 
-* :mod:`~ampkit.deploy.formats.onnx`: ``onnx``, torch's dynamo exporter and the fp16/bf16
+* :mod:`~ampkit.deploy.export_formats.onnx`: ``onnx``, torch's dynamo exporter and the fp16/bf16
   graph, checked on ONNX Runtime;
-* :mod:`~ampkit.deploy.formats.torch_export`: ``torch-export``, an ``ExportedProgram`` under
+* :mod:`~ampkit.deploy.export_formats.torch_export`: ``torch-export``, an ``ExportedProgram`` under
   autocast, checked through ``torch.export.load``.
 
 :func:`get_format` is the one place a format name is looked up. A new format is a module
-here with an :class:`~ampkit.deploy.formats.base.ExportFormat` subclass decorated with
-:func:`~ampkit.deploy.formats.base.register`, added to ``_MODULES``. Importing this package
+here with an :class:`~ampkit.deploy.export_formats.base.ExportFormat` subclass decorated with
+:func:`~ampkit.deploy.export_formats.base.register`, added to ``_MODULES``. Importing this package
 does not import torch.
 """
 
 from __future__ import annotations
 
-from ampkit.deploy.formats import onnx, torch_export
-from ampkit.deploy.formats.base import FORMATS, Converted, ExportFormat, register
+from ampkit.deploy.export_formats import onnx, torch_export
+from ampkit.deploy.export_formats.base import FORMATS, Converted, ExportFormat, register
 from ampkit.errors import ConfigurationError
 
 __all__ = ["FORMATS", "Converted", "ExportFormat", "format_names", "get_format", "register"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ampkit.gpt.job import _fused_adamw
+from ampkit.job.job import _fused_adamw
 
 
 def _torch_runs_fused(dtype: torch.dtype) -> bool:

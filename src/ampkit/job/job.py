@@ -22,9 +22,9 @@ import torch
 from ampkit._files import write_json
 from ampkit._process import launched_by_ampkit
 from ampkit.errors import ConfigurationError, MissingDependencyError, StorageError
-from ampkit.gpt.config import TrainConfig
-from ampkit.gpt.resume import override_lr, run_record
-from ampkit.gpt.run_folder import RunPlan, open_run_folder
+from ampkit.job.config import TrainConfig
+from ampkit.job.resume import override_lr, run_record
+from ampkit.job.run_folder import RunPlan, open_run_folder
 from ampkit.models.corpus import ByteCorpus, CorpusWindows, load_corpus
 from ampkit.models.gpt import GPT, GPTConfig
 from ampkit.precision.modes import PrecisionMode, precision_mode
@@ -227,10 +227,10 @@ def train(
     ``callbacks`` are :class:`~ampkit.Callback` objects, or plain functions that get every
     logged step's :class:`StepMetrics` (rank 0 only). Under ``torchrun`` every process runs
     this; ``batch_size`` is per process. With ``out``, rank 0 locks the folder for the run
-    (:mod:`ampkit.gpt.run_folder`), and every checkpoint records the settings, which a resume
-    compares with its own (:mod:`ampkit.gpt.resume`).
+    (:mod:`ampkit.job.run_folder`), and every checkpoint records the settings, which a resume
+    compares with its own (:mod:`ampkit.job.resume`).
 
-    On resume, the settings of :data:`~ampkit.gpt.resume.CARRIED` (steps, log and checkpoint
+    On resume, the settings of :data:`~ampkit.job.resume.CARRIED` (steps, log and checkpoint
     intervals, keep-last) not named in ``given`` (the command line passes the flags it was
     given) are taken from the checkpoint; ``given=None`` carries nothing. A resume of a run
     that had already done its steps trains and writes nothing and returns the earlier run's

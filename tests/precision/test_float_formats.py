@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ampkit import number_format, number_formats
-from ampkit.precision.formats import format_table
+from ampkit.precision.float_formats import format_table
 
 
 def test_known_facts_of_fp16_and_bf16():

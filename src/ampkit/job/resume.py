@@ -19,7 +19,7 @@ from typing import Any
 
 from ampkit._files import json_safe
 from ampkit.errors import ConfigurationError
-from ampkit.gpt.config import TrainConfig
+from ampkit.job.config import TrainConfig
 from ampkit.precision.policy import uses_loss_scaling
 
 __all__ = [

@@ -14,7 +14,7 @@ one line, and nothing on disk changes when a run is refused:
   checkpoints: nothing to continue from, and starting fresh would mix);
 * the settings recorded in the checkpoint are compared with this run's, and those not given
   again (``--steps``, ``--log-every``, ``--checkpoint-every``, ``--keep-last``) are carried
-  over (:mod:`ampkit.gpt.resume`);
+  over (:mod:`ampkit.job.resume`);
 * a resume of a run that has done all its steps and written its outputs does nothing.
 """
 
@@ -29,8 +29,8 @@ from pathlib import Path
 from ampkit._lock import LOCK_NAME, FolderLock
 from ampkit.checkpoint import folder as folder
 from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, StorageError
-from ampkit.gpt.config import TrainConfig
-from ampkit.gpt.resume import carry_over, check_resume_config
+from ampkit.job.config import TrainConfig
+from ampkit.job.resume import carry_over, check_resume_config
 from ampkit.trainer.checkpoint import set_aside_lost_metrics
 
 __all__ = ["OUTPUTS", "RunPlan", "earlier_outputs", "open_run_folder"]
@@ -51,7 +51,7 @@ class RunPlan:
         saved_lr: the learning rate recorded in the checkpoint, when ``--lr`` now differs.
         notes: what was decided, for the run's summary.
         config: the settings to run with: the given ones, with those carried over from the
-            checkpoint on resume (:func:`~ampkit.gpt.resume.carry_over`); None: unchanged.
+            checkpoint on resume (:func:`~ampkit.job.resume.carry_over`); None: unchanged.
         finished: set when the run being resumed has already done its steps and written its
             outputs: the one line saying so ("already at step N of N; nothing to do"). The
             run then trains nothing and writes nothing.
@@ -218,7 +218,7 @@ def open_run_folder(
         precision: the resolved precision of this run.
         lock_shared_with: the ``--nproc`` launcher's PID, which holds the lock for its workers.
         given: names of the settings given explicitly (the command line's flags); on resume
-            the others of :data:`~ampkit.gpt.resume.CARRIED` come from the checkpoint
+            the others of :data:`~ampkit.job.resume.CARRIED` come from the checkpoint
             (``RunPlan.config``). None: every setting is taken as given.
         world_size: the processes of this run; a resume on another number may change
             ``batch_size`` when the global batch stays the same.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ampkit.deploy.formats.base import Converted, ExportFormat, register
+from ampkit.deploy.export_formats.base import Converted, ExportFormat, register
 
 if TYPE_CHECKING:
     import numpy as np

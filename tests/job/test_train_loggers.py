@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from ampkit.cli import main
-from ampkit.gpt.config import TrainConfig
+from ampkit.job.config import TrainConfig
 
 SMALL = ["--steps", "4", "--log-every", "2", "--batch-size", "4", "--seq-len", "16",
          "--precision", "fp32", "--no-progress"]  # fmt: skip
@@ -54,6 +54,6 @@ def test_loggers_are_validated_and_free_on_resume():
     with pytest.raises(Exception, match="loggers"):
         TrainConfig(loggers=("neptune",)).validate()
     TrainConfig(loggers=("mlflow", "wandb")).validate()
-    from ampkit.gpt.resume import FREE
+    from ampkit.job.resume import FREE
 
     assert "loggers" in FREE
