@@ -12,7 +12,7 @@ from ampkit import (
     resolve_precision,
 )
 from ampkit.precision.hardware import HardwareInfo
-from ampkit.precision.policy import PRECISION_ALIASES
+from ampkit.precision.policy import PRECISION_ALIASES, parse_precision
 
 
 def gpu(major: int, minor: int, name: str = "Test GPU") -> HardwareInfo:
@@ -74,6 +74,16 @@ def test_unknown_precision_lists_names_and_suggests():
     for name in ("auto", "fp32", "fp16", "bf16", "fp16-mixed", "bf16-mixed"):
         assert name in message
     assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("word", "meant"), [("half", "fp16"), ("single", "fp32"), ("HALF", "fp16")]
+)
+def test_a_word_for_a_precision_suggests_its_name(word, meant):
+    with pytest.raises(
+        ConfigurationError, match=rf"unknown precision '{word}'.*Did you mean '{meant}'\?"
+    ):
+        parse_precision(word)
 
 
 def test_explicit_fp16_on_cpu_is_honoured_with_one_warning():

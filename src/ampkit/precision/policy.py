@@ -232,6 +232,10 @@ class ParsedPrecision:
     fp8_recipe: str | None = None
 
 
+#: Words for a precision that are not its name, and the name they mean (no close spelling).
+_MEANT = {"half": "fp16", "single": "fp32", "full": "fp32", "float": "fp32", "bfloat": "bf16"}
+
+
 def parse_precision(spelled: str) -> ParsedPrecision:
     """Read a precision's spelling (``"bf16-mixed"``, ``"fp8-rowwise"``, ``"auto"``, ...): the one
     parser every command, the engine and the Trainer use. Case and surrounding spaces are
@@ -247,7 +251,7 @@ def parse_precision(spelled: str) -> ParsedPrecision:
     if isinstance(key, str) and key in PRECISION_ALIASES:
         return ParsedPrecision(PRECISION_ALIASES[key], spelled, FP8_RECIPES.get(key))
     accepted = ["auto", *PRECISION_ALIASES]
-    guess = difflib.get_close_matches(str(key), accepted, n=1)
+    guess = [_MEANT[key]] if key in _MEANT else difflib.get_close_matches(str(key), accepted, n=1)
     hint = f" Did you mean {guess[0]!r}?" if guess else ""
     raise ConfigurationError(
         f"precision: unknown precision {spelled!r}. Accepted: {', '.join(accepted)}.{hint}",
