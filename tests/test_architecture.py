@@ -214,3 +214,185 @@ def test_every_commands_help_starts_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("ok"), out.stdout
+
+
+# -- the knowledge arrow: what a precision mode knows, only the mode says -----------------------
+
+#: Names a mode uses that mean something else elsewhere too: the fp32 islands of every run
+#: (``keep_fp32``), the public planning function (``fp8_plan``), plain words.
+_SHARED_WORDS = frozenset({"keep_fp32", "fp8_plan", "plan", "emulate", "recipe"})
+
+#: Files outside a mode's own that may still name one of its options or metrics, and why.
+_NAMED_ELSEWHERE = {
+    # the `ampkit train` flags of bf16-true: the torch-free table the command line reads
+    # its --help from (every mode file imports torch)
+    "job/config.py": "ampkit train flags",
+    "job/resume.py": "ampkit train flags",
+    # the integrations measure lost updates of the user's own optimizer in HF and Lightning
+    # and log them as ampkit/lost_updates (no precision mode is involved there)
+    "integrations/__init__.py": "integration metric",
+    "integrations/lightning.py": "integration metric",
+    "integrations/transformers.py": "integration metric",
+}
+
+
+def _mode_words() -> dict[str, set[str]]:
+    """Each registered mode's own file (relative to the package) -> its option, old keyword
+    and metric names."""
+    import inspect
+
+    from ampkit.precision.modes import MODES, mode_options
+
+    words: dict[str, set[str]] = {}
+    for cls in set(MODES.values()):
+        names = {*mode_options(cls), *cls.options}
+        names |= {f.name for f in (*cls.metric_fields, *cls.result_field_specs)}
+        path = Path(inspect.getfile(cls)).relative_to(Path(ampkit.__file__).parent).as_posix()
+        words.setdefault(path, set()).update(names - _SHARED_WORDS)
+    return words
+
+
+def test_no_file_but_the_modes_own_names_its_options_or_metrics():
+    """A mode's options (its constructor's keywords and its old MixedPrecision keywords) and
+    the metrics it declares are spelled in its own file, its machinery
+    (``precision/<mode>/``) and the deprecation shim only: the engine, the Trainer, its
+    results and the command line's summary carry them without naming them."""
+    import re
+
+    problems = []
+    for owner, names in _mode_words().items():
+        if not names:
+            continue
+        machinery = "precision/" + Path(owner).stem + "/"
+        pattern = re.compile(r"\b(" + "|".join(sorted(names)) + r")\b")
+        for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+            rel = path.relative_to(PACKAGE_ROOT).as_posix()
+            if rel == owner or rel.startswith(machinery) or rel in _NAMED_ELSEWHERE:
+                continue
+            if rel == "precision/modes/_deprecated.py":
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                found = pattern.search(line)
+                if found:
+                    problems.append(f"{rel}:{number} names {found.group(1)} ({owner})")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_name_grep_finds_an_option_named_outside_its_mode(tmp_path, monkeypatch):
+    """The check above can fail: a copy of the package with ``update_compensation`` spelled in
+    the engine is caught."""
+    import shutil
+
+    copy = tmp_path / "ampkit"
+    shutil.copytree(PACKAGE_ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    engine = copy / "precision" / "engine.py"
+    engine.write_text(engine.read_text() + "\n# update_compensation='kahan'\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE_ROOT", copy)
+    try:
+        test_no_file_but_the_modes_own_names_its_options_or_metrics()
+    except AssertionError as error:
+        assert "precision/engine.py" in str(error) and "update_compensation" in str(error)
+    else:
+        raise AssertionError("the grep did not see update_compensation in the engine")
+
+
+def test_no_report_dataclass_types_a_field_of_a_mode():
+    """``StepMetrics``, ``FitResult`` and ``TrainSummary`` hold a mode's values in one dict of
+    the names the mode declares (``mode_metrics``/``mode_fields``), never as fields of their own."""
+    from dataclasses import fields
+
+    from ampkit.job.job import TrainSummary
+    from ampkit.precision.modes import declared_fields
+    from ampkit.trainer.metrics import StepMetrics
+    from ampkit.trainer.result import FitResult
+
+    declared = set(declared_fields("metric")) | set(declared_fields("result"))
+    for record in (StepMetrics, FitResult, TrainSummary):
+        assert not declared & {f.name for f in fields(record)}, record.__name__
+
+
+def test_a_mode_reaches_the_trainer_and_the_summary_through_its_declared_fields_only():
+    """A mode registered here, declaring one metric and one result field with a summary row:
+    the Trainer's rows and result carry them, ``ampkit train``'s summary prints the row, and an
+    undeclared key is refused."""
+    import json
+    from collections.abc import Mapping
+    from typing import Any, ClassVar
+
+    import pytest
+    import torch
+    from torch import nn
+
+    from ampkit.cli.train_cmd import _render_summary
+    from ampkit.errors import ConfigurationError
+    from ampkit.job.job import TrainSummary
+    from ampkit.precision.modes import ModeField, PrecisionMode, register_mode, unregister_mode
+    from ampkit.trainer.metrics import StepMetrics
+
+    class Counting(PrecisionMode):
+        precisions: ClassVar[tuple[str, ...]] = ("toy-counting",)
+        metric_fields: ClassVar[tuple[ModeField, ...]] = (
+            ModeField("toy_steps_seen", int, "optimizer steps the mode saw"),
+        )
+        result_field_specs: ClassVar[tuple[ModeField, ...]] = (
+            ModeField("toy_total", int, "steps seen over the run"),
+        )
+
+        def __init__(self) -> None:
+            super().__init__("toy-counting")
+            self.seen = 0
+
+        @classmethod
+        def from_parsed(cls, parsed: Any, options: Mapping[str, Any]) -> PrecisionMode:
+            return cls()
+
+        def after_optimizer_step(self, optimizer: Any, stepped: bool) -> None:
+            self.seen += 1
+
+        def step_metrics(self, optimizer: Any, *, step: int, names: Any) -> dict[str, Any]:
+            return {"toy_steps_seen": self.seen}
+
+        def result_fields(self) -> dict[str, Any]:
+            return {"toy_total": self.seen}
+
+        @classmethod
+        def summary_rows(cls, fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+            return [("counted", f"{fields['toy_total']} steps")]
+
+    register_mode(Counting, compute_dtype=torch.float32)
+    try:
+        rows: list[StepMetrics] = []
+
+        class Keep(ampkit.Callback):
+            def on_log(self, trainer: Any, metrics: StepMetrics) -> None:
+                rows.append(metrics)
+
+        torch.manual_seed(0)
+        x = torch.randn(16, 4)
+        result = ampkit.Trainer(
+            nn.Linear(4, 1),
+            lambda p: torch.optim.SGD(p, lr=0.1),
+            loss_fn=nn.functional.mse_loss,
+            max_steps=3,
+            precision="toy-counting",
+            device="cpu",
+            batch_size=4,
+            logging=ampkit.LoggingConfig(log_every=1, progress_bar=False),
+            callbacks=[Keep()],
+        ).fit(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)))
+        assert [r.toy_steps_seen for r in rows] == [1, 2, 3]
+        assert json.loads(rows[-1].to_json())["toy_steps_seen"] == 3
+        assert result.toy_total == 3 and result.mode_fields == {"toy_total": 3}
+        summary = TrainSummary(
+            precision="toy-counting", reason="", device="cpu", data="", parameters=5, steps=3,
+            skipped_steps=0, final_loss=0.0, final_scale=1.0, tokens_per_s=0.0, wall_s=0.0,
+            peak_memory_bytes=0, peak_memory_kind="", mode_fields=dict(result.mode_fields),
+        )  # fmt: skip
+        assert "counted  3 steps" in _render_summary(summary)
+        assert summary.to_dict()["toy_total"] == 3
+        with pytest.raises(ConfigurationError, match=r"\['toy_undeclared'\].*metric_fields"):
+            StepMetrics(1, 0.0, 0.1, 1.0, False, None, 1.0, 1.0, mode_metrics={"toy_undeclared": 1})
+    finally:
+        unregister_mode("toy-counting")
+    with pytest.raises(AttributeError):
+        _ = result.toy_total  # not declared by any registered mode any more

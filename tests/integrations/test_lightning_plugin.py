@@ -213,11 +213,24 @@ def test_bf16_true_logs_lost_updates(tmp_path):
 
 
 def test_bf16_true_state_precision_goes_into_the_mode_and_the_optimizer():
-    precision = AmpkitPrecision("bf16-true", "cpu", bf16_true_state_precision="bf16-stochastic")
+    precision = AmpkitPrecision(ampkit.Bf16True(state_precision="bf16-stochastic"), "cpu")
     assert precision.mp.mode.state_precision == "bf16-stochastic"
     opt = precision.mp.prepare_optimizer(torch.optim.AdamW(nn.Linear(2, 2).bfloat16().parameters()))
     assert isinstance(opt, ampkit.CompensatedOptimizer) and opt.state_precision == "bf16-stochastic"
-    with pytest.raises(ConfigurationError, match="bf16_true_state_precision: given, but"):
+
+
+def test_the_old_bf16_true_keyword_of_the_plugin_warns_with_the_mode_object():
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"AmpkitPrecision\(bf16_true_state_precision=\.\.\.\) is deprecated.*"
+        r"AmpkitPrecision\(precision=ampkit\.Bf16True\(state_precision=\.\.\.\)\)",
+    ):
+        precision = AmpkitPrecision("bf16-true", "cpu", bf16_true_state_precision="bf16-kahan")
+    assert precision.mp.mode.state_precision == "bf16-kahan"
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ConfigurationError, match="state_precision: given, but"),
+    ):
         AmpkitPrecision("bf16", "cpu", bf16_true_state_precision="bf16-kahan")
 
 

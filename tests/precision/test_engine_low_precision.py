@@ -42,11 +42,9 @@ def test_hand_written_bf16_true_loop_decreases_the_loss():
 
 def test_option_checks():
     with pytest.warns(PrecisionWarning, match="every update smaller than half an ulp"):
-        MixedPrecision("bf16-true", "cpu", update_compensation="none")
+        MixedPrecision(ampkit.Bf16True(update_compensation="none"), "cpu")
     with pytest.raises(ConfigurationError, match="not a compensation"):
-        MixedPrecision("bf16-true", "cpu", update_compensation="kahn")
-    with pytest.raises(ConfigurationError, match="bf16_true_keep_fp32: given, but the precision"):
-        MixedPrecision("fp32", "cpu", bf16_true_keep_fp32=())
+        MixedPrecision(ampkit.Bf16True(update_compensation="kahn"), "cpu")
 
 
 def _train_bf16_true(mp: MixedPrecision) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -67,9 +65,10 @@ def _train_bf16_true(mp: MixedPrecision) -> tuple[nn.Module, torch.optim.Optimiz
 
 @pytest.mark.parametrize("state", ["bf16-stochastic", "bf16-kahan"])
 def test_state_precision_keyword_trains_like_the_mode_object(state):
-    by_keyword, opt = _train_bf16_true(
-        MixedPrecision("bf16-true", "cpu", bf16_true_state_precision=state)
-    )
+    with pytest.warns(DeprecationWarning, match=r"ampkit\.Bf16True\(state_precision=\.\.\.\)"):
+        by_keyword, opt = _train_bf16_true(
+            MixedPrecision("bf16-true", "cpu", bf16_true_state_precision=state)
+        )
     by_mode, _ = _train_bf16_true(MixedPrecision(ampkit.Bf16True(state_precision=state), "cpu"))
     assert opt.state_precision == state
     assert opt.state[by_keyword[0].weight]["exp_avg_sq"].dtype == torch.bfloat16
@@ -79,14 +78,19 @@ def test_state_precision_keyword_trains_like_the_mode_object(state):
 
 def test_state_precision_keyword_checks():
     with pytest.warns(PrecisionWarning, match="state_precision='bf16' under bf16-true"):
-        MixedPrecision("bf16-true", "cpu", bf16_true_state_precision="bf16")
+        MixedPrecision(ampkit.Bf16True(state_precision="bf16"), "cpu")
     with pytest.raises(ConfigurationError, match="state_precision"):
-        MixedPrecision("bf16-true", "cpu", bf16_true_state_precision="bf8")
-    with pytest.raises(
-        ConfigurationError,
-        match="bf16_true_state_precision: given, but the precision is bf16; it applies to "
-        "bf16-true only",
+        ampkit.Bf16True(state_precision="bf8")
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(
+            ConfigurationError,
+            match="state_precision: given, but the precision is bf16; it applies to bf16-true only",
+        ),
     ):
         MixedPrecision("bf16", "cpu", bf16_true_state_precision="bf16-stochastic")
-    with pytest.raises(ConfigurationError, match="given next to the mode object"):
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ConfigurationError, match="given next to the mode object"),
+    ):
         MixedPrecision(ampkit.Bf16True(), "cpu", bf16_true_state_precision="fp32")

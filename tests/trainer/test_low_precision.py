@@ -71,6 +71,7 @@ def test_uncompensated_bf16_true_warns_twice_when_updates_vanish():
         trainer.fit(_data())
 
 
+@pytest.mark.filterwarnings("ignore:MixedPrecision.update_compensation=:DeprecationWarning")
 def test_bf16_true_options_need_bf16_true():
     with pytest.raises(ConfigurationError, match="update_compensation: given, but the precision"):
         ampkit.MixedPrecision("bf16", "cpu", update_compensation="kahan")

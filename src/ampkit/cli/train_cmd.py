@@ -617,21 +617,6 @@ def _without_nproc(args: list[str]) -> list[str]:
     return cleaned
 
 
-#: How bf16-true keeps small weight updates, in the summary's words.
-_COMPENSATION = {
-    "kahan": "Kahan-compensated",
-    "stochastic": "stochastic rounding",
-    "none": "no compensation",
-}
-#: How bf16-true stores the optimizer state, in the summary's words.
-_STATE = {
-    "fp32": "fp32",
-    "bf16-stochastic": "bf16, stochastic rounding",
-    "bf16-kahan": "bf16, Kahan-compensated",
-    "bf16": "bf16, round to nearest",
-}
-
-
 def _render_summary(summary: Any) -> str:
     rows = [
         ("precision", f"{summary.precision} on {summary.device}"),
@@ -650,21 +635,11 @@ def _render_summary(summary: Any) -> str:
 
     if uses_loss_scaling(summary.precision):
         rows.insert(5, ("loss scale", f"{summary.final_scale:g}"))
-    if summary.update_compensation is not None:
-        how = _COMPENSATION.get(summary.update_compensation, summary.update_compensation)
-        if summary.lost_updates is not None:
-            how += f"; {summary.lost_updates:.2%} of the last logged step's updates rounded away"
-        rows.insert(5, ("updates", f"bf16 weights, {how}"))
-    if summary.state_precision is not None:
-        kept = _STATE.get(summary.state_precision, summary.state_precision)
-        if kept != summary.state_precision:
-            kept += f" ({summary.state_precision})"
-        if summary.lost_state_updates is not None and summary.state_precision != "fp32":
-            kept += (
-                f"; {summary.lost_state_updates:.2%} of the last logged step's state updates "
-                "rounded away"
-            )
-        rows.insert(6, ("state", f"optimizer state in {kept}"))
+    from ampkit.precision.modes import MODES
+
+    mode = MODES.get(summary.precision)
+    if mode is not None:
+        rows[5:5] = mode.summary_rows(summary.mode_fields)
     if summary.world_size > 1:
         rows.insert(1, ("processes", f"{summary.world_size} (batch per process)"))
     rows.extend(("note", note) for note in summary.notes)

@@ -65,19 +65,17 @@ class AmpkitPrecision(_Precision):
 
     Args:
         precision: ``"auto"``, ``"fp32"``, ``"fp16"``, ``"bf16"``, ``"bf16-true"`` or an alias
-            :func:`ampkit.resolve_precision` knows.
+            :func:`ampkit.resolve_precision` knows, or a mode object holding its options
+            (``ampkit.Bf16True(...)``).
         device: the training device; None decides from the model's device when Lightning
             hands it over (CUDA when available before that).
         scaler: the :class:`~ampkit.LossScaler` fp16 uses (bounds, growth, hysteresis, ...);
             None builds one with the default settings. Refused for other precisions.
         keep_fp32: module names (as ``model.named_modules()`` spells them) or types to run in
             fp32 under autocast (:func:`ampkit.keep_fp32`).
-        update_compensation: bf16-true only: ``"kahan"`` (default), ``"stochastic"`` or
-            ``"none"``.
-        bf16_true_keep_fp32: bf16-true only: modules kept in fp32 weights (None: embeddings,
-            norms and the final projection).
-        bf16_true_state_precision: bf16-true only: the optimizer state of the bf16 parameters
-            in ``"fp32"`` (default), ``"bf16-stochastic"``, ``"bf16-kahan"`` or ``"bf16"``.
+        **old_options: the per-mode keywords this plugin took before a mode object held its
+            options: they keep working for one release with a ``DeprecationWarning`` that
+            shows the mode object to pass instead.
 
     Attributes:
         mp: the :class:`~ampkit.MixedPrecision` holding the policy and the scaler.
@@ -92,22 +90,19 @@ class AmpkitPrecision(_Precision):
 
     def __init__(
         self,
-        precision: str = "auto",
+        precision: Any = "auto",
         device: torch.device | str | None = None,
         *,
         scaler: LossScaler | None = None,
         keep_fp32: Sequence[str | type[nn.Module]] | None = None,
-        update_compensation: str | None = None,
-        bf16_true_keep_fp32: Sequence[str | type[nn.Module]] | None = None,
-        bf16_true_state_precision: str | None = None,
+        **old_options: Any,
     ) -> None:
+        from ampkit.precision.modes._deprecated import translate_old_keywords
+
+        known = ("precision", "device", "scaler", "keep_fp32")
         self._requested = precision
-        self._options: dict[str, Any] = {
-            "scaler": scaler,
-            "update_compensation": update_compensation,
-            "bf16_true_keep_fp32": bf16_true_keep_fp32,
-            "bf16_true_state_precision": bf16_true_state_precision,
-        }
+        self._mode_options = translate_old_keywords("AmpkitPrecision", old_options, known)
+        self._scaler = scaler
         self.keep_fp32 = None if keep_fp32 is None else list(keep_fp32)
         self._islands: Any = None
         self._session = False
@@ -116,9 +111,18 @@ class AmpkitPrecision(_Precision):
         self._wants_lost_updates = False  # AmpkitCallback sets it on the steps it logs
 
     def _engine(self, device: torch.device | str | None) -> Any:
-        from ampkit.precision.engine import MixedPrecision
+        import copy
 
-        mp = MixedPrecision(self._requested, device, **self._options)
+        from ampkit.precision.engine import MixedPrecision
+        from ampkit.precision.modes import PrecisionMode, precision_mode
+        from ampkit.precision.policy import resolve_precision
+
+        requested = self._requested
+        if isinstance(requested, PrecisionMode):
+            requested = copy.deepcopy(requested)  # bound to this engine's device only
+        elif self._mode_options:
+            requested = precision_mode(resolve_precision(requested, device), **self._mode_options)
+        mp = MixedPrecision(requested, device, scaler=self._scaler)
         if mp.policy.precision not in _SUPPORTED:
             raise ConfigurationError(
                 f"AmpkitPrecision: precision {self._requested!r} ({mp.policy.precision}) is not "

@@ -109,11 +109,8 @@ class TrainConfig:
             for name, ok, rule in self._checks()
             if not ok
         ]
-        for name, option in (
-            ("update_compensation", "update_compensation"),
-            ("state_precision", "bf16_true_state_precision"),
-        ):
-            if getattr(self, name) is not None and not _takes(self.precision, option):
+        for name in _MODE_OPTIONS:
+            if getattr(self, name) is not None and not _takes(self.precision, name):
                 problems.append(
                     f"--{name.replace('_', '-')} applies to --precision bf16-true only, got "
                     f"--precision {self.precision}"
@@ -232,6 +229,11 @@ class TrainConfig:
         ]
         return checks
 
+    def mode_options(self) -> dict[str, Any]:
+        """The options of the precision mode that were set (constructor keywords of the mode,
+        e.g. ``Bf16True(state_precision=...)``)."""
+        return {name: getattr(self, name) for name in _MODE_OPTIONS if getattr(self, name)}
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (recorded in ``summary.json`` and in checkpoints)."""
         return asdict(self)
@@ -242,14 +244,18 @@ class TrainConfig:
         return {f.name: f.default for f in fields(cls)}
 
 
+#: Fields that are options of a precision mode (the mode's constructor keyword of that name).
+_MODE_OPTIONS = ("update_compensation", "state_precision")
+
+
 def _takes(precision: str, option: str) -> bool:
-    """Whether the precision mode of ``precision`` (a spelling) owns the engine's ``option``
-    (False for ``auto`` and unknown spellings, which the precision's own check reports)."""
-    from ampkit.precision.modes import MODES
+    """Whether the precision mode of ``precision`` (a spelling) takes ``option`` (False for
+    ``auto`` and unknown spellings, which the precision's own check reports)."""
+    from ampkit.precision.modes import MODES, mode_options
     from ampkit.precision.policy import parse_precision
 
     try:
         mode = MODES.get(parse_precision(precision).precision)
     except ConfigurationError:
         return False
-    return mode is not None and option in mode.options
+    return mode is not None and option in mode_options(mode)

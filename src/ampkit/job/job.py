@@ -27,7 +27,13 @@ from ampkit.job.resume import override_lr, run_record
 from ampkit.job.run_folder import RunPlan, open_run_folder
 from ampkit.models.corpus import ByteCorpus, CorpusWindows, load_corpus
 from ampkit.models.gpt import GPT, GPTConfig
-from ampkit.precision.modes import PrecisionMode, precision_mode
+from ampkit.precision.modes import (
+    PrecisionMode,
+    check_declared,
+    declared_fields,
+    declared_value,
+    precision_mode,
+)
 from ampkit.precision.policy import resolve_precision
 from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, TrainerView
@@ -65,17 +71,23 @@ class TrainSummary:
     world_size: int = 1
     resumed_from: str | None = None
     notes: list[str] = field(default_factory=list)
-    update_compensation: str | None = None
-    lost_updates: float | None = None
-    state_precision: str | None = None
-    lost_state_updates: float | None = None
     scale_history: list[tuple[int, float]] = field(default_factory=list)
     config: dict[str, object] = field(default_factory=dict)
     nothing_to_do: str | None = None
+    mode_fields: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_declared(self, self.mode_fields, "result")
+
+    def __getattr__(self, name: str) -> Any:
+        return declared_value(self, self.__dict__.get("mode_fields", {}), name, "result")
 
     def to_dict(self) -> dict[str, object]:
-        """Plain JSON-ready values."""
-        return asdict(self)
+        """Plain JSON-ready values; the precision mode's fields (``FitResult.mode_fields``)
+        as keys of their own, as ``summary.json`` has them."""
+        values = asdict(self)
+        values.update(values.pop("mode_fields"))
+        return values
 
 
 def _fused_adamw(params: list[Any]) -> bool | None:
@@ -165,11 +177,7 @@ def _resolve(
     (default: ``config.device``)."""
     config.validate()
     policy = resolve_precision(config.precision, device or config.device)
-    mode = precision_mode(
-        policy,
-        update_compensation=config.update_compensation,
-        bf16_true_state_precision=config.state_precision,
-    )
+    mode = precision_mode(policy, **config.mode_options())
     corpus = load_corpus(config.data)
     corpus.validate(config.batch_size, config.seq_len, world_size=world_size)
     return corpus, mode
@@ -272,7 +280,9 @@ def _earlier_summary(config: TrainConfig, line: str) -> TrainSummary:
     try:
         recorded = json.loads((Path(str(config.out)) / "summary.json").read_text())
         values = {k: v for k, v in recorded.items() if k in known}
-        return TrainSummary(**{**values, "nothing_to_do": line})
+        declared = declared_fields("result")
+        mode = {k: v for k, v in recorded.items() if k in declared}
+        return TrainSummary(**{**values, "mode_fields": mode, "nothing_to_do": line})
     except (OSError, ValueError, TypeError, AttributeError):
         return TrainSummary(
             precision="",
@@ -399,11 +409,8 @@ def _train(
         resumed_from=result.resumed_from,
         notes=[*plan.notes, *result.notes],
         scale_history=result.scale_history,
-        update_compensation=result.update_compensation,
-        lost_updates=result.lost_updates,
-        state_precision=result.state_precision,
-        lost_state_updates=result.lost_state_updates,
         config=config.to_dict(),
+        mode_fields=dict(result.mode_fields),
     )
     if out and trainer.is_main:
         try:

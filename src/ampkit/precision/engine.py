@@ -31,9 +31,19 @@ from ampkit.precision.scaler import LossScaler, ScalerStats
 if TYPE_CHECKING:
     from torch.optim.lr_scheduler import LRScheduler
 
-    from ampkit.precision.fp8.planning import Fp8Plan
-
 __all__ = ["MixedPrecision", "StepResult", "loss_tensor", "validate_param_dtypes"]
+
+
+#: The constructor's own keywords (for the did-you-mean of a mistyped one).
+_KEYWORDS = (
+    "precision",
+    "device",
+    "grad_accum_steps",
+    "max_grad_norm",
+    "scaler",
+    "tf32",
+    "process_group",
+)
 
 
 def validate_param_dtypes(optimizer: torch.optim.Optimizer, policy: Policy) -> None:
@@ -209,15 +219,10 @@ class MixedPrecision:
             only inside ``with mp:``, and restored on exit.
         process_group: ranks that must agree on skipping an overflowed step (default: world);
             used for the default scaler (a scaler you pass brings its own).
-        fp8_plan: fp8 only: the :class:`~ampkit.precision.fp8.Fp8Plan` that :meth:`prepare_model`
-            applies (None: a plan from shapes and torchao's size prior alone).
-        update_compensation: bf16-true only: ``"kahan"`` (default), ``"stochastic"`` or
-            ``"none"`` (warns: small updates are lost); applied by :meth:`prepare_optimizer`.
-        bf16_true_keep_fp32: bf16-true only: module names or types :meth:`prepare_model`
-            keeps in fp32; None keeps embeddings, norms and the final projection.
-        bf16_true_state_precision: bf16-true only: how :meth:`prepare_optimizer` stores the
-            optimizer state of the bf16 parameters: ``"fp32"`` (default), ``"bf16-stochastic"``,
-            ``"bf16-kahan"`` or ``"bf16"`` (warns: AdamW's second moment drifts up).
+        **old_options: the per-mode keywords this constructor took before a mode object held
+            its options (each mode class lists them in ``options``): they keep working for
+            one release with a ``DeprecationWarning`` that shows the mode object to pass
+            instead.
 
     Use it as a context manager (``with MixedPrecision(...) as mp:``) so that global settings
     of the policy (TF32) are applied for the run and restored afterwards. For ``fp8`` and
@@ -226,12 +231,13 @@ class MixedPrecision:
 
     Raises:
         ConfigurationError: an argument is out of range or the precision is unknown, or an
-            fp8/bf16-true option given for another precision.
+            option of one mode given for another precision.
         UnsupportedPrecisionError: the device cannot run the precision.
+        TypeError: a keyword this constructor never took.
 
     Warns:
-        PrecisionWarning: ``update_compensation="none"`` or
-            ``bf16_true_state_precision="bf16"`` under bf16-true.
+        DeprecationWarning: an old per-mode keyword.
+        PrecisionWarning: as the mode's constructor (bf16-true without compensation, ...).
     """
 
     def __init__(
@@ -244,10 +250,7 @@ class MixedPrecision:
         scaler: LossScaler | None = None,
         tf32: bool | None = None,
         process_group: Any = None,
-        fp8_plan: Fp8Plan | None = None,
-        update_compensation: str | None = None,
-        bf16_true_keep_fp32: Sequence[str | type[torch.nn.Module]] | None = None,
-        bf16_true_state_precision: str | None = None,
+        **old_options: Any,
     ) -> None:
         _check_grad_accum_steps(grad_accum_steps)
         if max_grad_norm is not None and not is_number(max_grad_norm, 0, open_low=True):
@@ -259,12 +262,9 @@ class MixedPrecision:
             raise ConfigurationError(
                 f"tf32: {tf32!r} is invalid. Use True, False, or None to follow the hardware."
             )
-        options = {
-            "fp8_plan": fp8_plan,
-            "update_compensation": update_compensation,
-            "bf16_true_keep_fp32": bf16_true_keep_fp32,
-            "bf16_true_state_precision": bf16_true_state_precision,
-        }
+        from ampkit.precision.modes._deprecated import translate_old_keywords
+
+        options = translate_old_keywords("MixedPrecision", old_options, _KEYWORDS)
         if isinstance(precision, PrecisionMode):
             mode = precision_mode(precision, **options)  # refuses options next to a mode
             if not mode.bound:
@@ -313,7 +313,7 @@ class MixedPrecision:
 
         ``fp8``: convert the Linear layers of the mode's plan to torchao's Float8Linear
         (without a plan: the layers that pass the shape rules and torchao's size prior).
-        ``bf16-true``: cast parameters and buffers to bf16, keeping ``bf16_true_keep_fp32``
+        ``bf16-true``: cast parameters and buffers to bf16, keeping the mode's ``keep_fp32``
         (default: embeddings, norms, the final projection) in fp32. Others: unchanged.
         Call it once, on the model on its device, before DDP/FSDP and ``torch.compile``.
 

@@ -296,7 +296,7 @@ def _check_own_dtypes(module: nn.Module, keep: torch.dtype) -> None:
         raise ConfigurationError(
             f"strategy: FSDP2 needs one parameter dtype per sharded group, but the "
             f"{type(module).__name__} module holds parameters of several itself: {names}. "
-            "Keep the whole module in one dtype (bf16_true_keep_fp32), or use strategy='ddp'."
+            "Keep the whole module in one dtype (Bf16True(keep_fp32=[...])), or use strategy='ddp'."
         )
 
 

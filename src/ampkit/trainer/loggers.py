@@ -2,7 +2,7 @@
 
 Both are :class:`~ampkit.callbacks.Callback` subclasses that send each logged step with the keys
 of ``metrics.jsonl`` (``loss``, ``lr``, ``scale``, ``skipped``, ``grad_norm``,
-``step_time_ms``, ``samples_per_s``, and ``tokens_per_s``, ``eval_loss``, ``lost_updates``
+``step_time_ms``, ``samples_per_s``, and ``tokens_per_s``, ``eval_loss``, the precision mode's metrics
 and each eval metric as ``eval_<name>`` when set), at ``step`` = the optimizer step, from rank 0 only::
 
     from ampkit.trainer.loggers import MLflowLogger, WandbLogger

@@ -6,17 +6,19 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from ampkit.precision.devices import peak_memory, reset_peak_memory
+from ampkit.precision.modes import check_declared, declared_value
 
 __all__ = ["StepMetrics", "Throughput", "peak_memory", "reset_peak_memory"]
 
 #: Written only when set.
-_OPTIONAL = ("eval_loss", "eval_metrics", "precision_change", "lost_updates", "lost_state_updates")
+_OPTIONAL = ("eval_loss", "eval_metrics", "precision_change")
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,12 @@ class StepMetrics:
             left out of the JSON line when not evaluated.
         precision_change: ``"fp16 -> bf16"`` on the first row after a resume that changed
             the precision on purpose; left out of the JSON line otherwise.
-        lost_updates: bf16-true only: share of this step's intended weight updates that the
-            bf16 weights did not store (None for other precisions).
         eval_metrics: each ``EvalConfig.metrics`` value at this step (name -> value), written
             as ``eval_<name>`` keys of the JSON line; None when not evaluated.
-        lost_state_updates: bf16-true only: the same share for the optimizer state of the
-            bf16 parameters (0.0 when the state is kept in fp32; None for other precisions).
+        mode_metrics: what the precision mode measured at this step, by the names its class
+            declares (``PrecisionMode.metric_fields``; bf16-true: the shares of lost weight and
+            state updates), written as keys of the JSON line. Each declared name is also an
+            attribute of the row, None when the run's mode did not set it.
     """
 
     step: int
@@ -56,27 +58,34 @@ class StepMetrics:
     tokens_per_s: float | None = None
     eval_loss: float | None = None
     precision_change: str | None = None
-    lost_updates: float | None = None
     eval_metrics: dict[str, float] | None = None
-    lost_state_updates: float | None = None
+    mode_metrics: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_declared(self, self.mode_metrics, "metric")
+
+    def __getattr__(self, name: str) -> Any:
+        return declared_value(self, self.__dict__.get("mode_metrics", {}), name, "metric")
 
     def flat(self) -> dict[str, object]:
         """The row's keys as ``metrics.jsonl`` has them: unset optional values left out, each
-        eval metric as ``eval_<name>``."""
+        eval metric as ``eval_<name>``, the mode's metrics as their own keys."""
         row: dict[str, object] = {}
-        for key, value in asdict(self).items():
+        for item in fields(self):
+            key, value = item.name, getattr(self, item.name)
             if key in _OPTIONAL and value is None:
                 continue
             if key == "eval_metrics":
                 row.update((f"eval_{name}", metric) for name, metric in value.items())
+            elif key == "mode_metrics":
+                row.update(value)
             else:
                 row[key] = value
         return row
 
     def to_json(self) -> str:
         """One JSON line; non-finite numbers become null so every line parses as strict JSON.
-        ``lost_updates`` and ``lost_state_updates`` are written only under bf16-true (where
-        they are measured)."""
+        The mode's metrics are written only under the mode that measures them."""
         row = {
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in self.flat().items()

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from ampkit.precision.modes import check_declared, declared_value
 from ampkit.trainer.evaluation import EvalResult
 
 __all__ = ["FitResult"]
@@ -29,19 +31,13 @@ class FitResult:
         checkpoints: checkpoints written by this call.
         notes: what the run decided on its own (resume, skipped bad checkpoints, ...).
         scale_history: ``(step, scale)`` at each change of loss scale.
-        update_compensation: bf16-true only: how small weight updates are kept (``"kahan"``,
-            ``"stochastic"`` or ``"none"``); None for the other precisions.
-        lost_updates: bf16-true only: the share of intended weight updates the bf16 weights
-            rounded away, at the last logged step (None before the first log, or otherwise).
-        state_precision: bf16-true only: how the optimizer state of the bf16 parameters is
-            stored (``"fp32"``, ``"bf16-stochastic"``, ``"bf16-kahan"`` or ``"bf16"``); None
-            for the other precisions.
-        lost_state_updates: bf16-true only: the share of intended optimizer-state updates
-            the bf16 state rounded away, at the last logged step (0.0 under fp32 state; None
-            before the first log, or otherwise).
         eval_history: every evaluation of ``EvalConfig`` this call ran, in order (step, mean
             loss, each metric's value; :class:`~ampkit.trainer.evaluation.EvalResult`);
             empty without ``eval=``. A resumed run lists the evaluations after the resume.
+        mode_fields: what the precision mode reports about the run, by the names its class
+            declares (``PrecisionMode.result_field_specs``; bf16-true: how it kept small
+            updates and the share it lost). Each declared name is also an attribute of the
+            result, None when the run's mode did not set it.
     """
 
     precision: str
@@ -61,11 +57,14 @@ class FitResult:
     checkpoints: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     scale_history: list[tuple[int, float]] = field(default_factory=list)
-    update_compensation: str | None = None
-    lost_updates: float | None = None
     eval_history: list[EvalResult] = field(default_factory=list)
-    state_precision: str | None = None
-    lost_state_updates: float | None = None
+    mode_fields: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_declared(self, self.mode_fields, "result")
+
+    def __getattr__(self, name: str) -> Any:
+        return declared_value(self, self.__dict__.get("mode_fields", {}), name, "result")
 
     @property
     def last_eval(self) -> EvalResult | None:

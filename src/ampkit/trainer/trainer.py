@@ -114,7 +114,7 @@ class Trainer:
         loss_fn: ``loss_fn(outputs, targets)``; None when the model returns its loss.
         precision: ``"auto"``, a name (``"bf16"``, ``"fp8"``, ...), a :class:`~ampkit.Policy`, or a
             precision mode object holding the mode's options, e.g.
-            ``ampkit.Bf16True(update_compensation="stochastic")`` or
+            ``ampkit.Bf16True(...)`` or
             ``ampkit.Fp8(plan=plan)`` (:mod:`ampkit.precision.modes`).
         device, grad_accum_steps, max_grad_norm: as :class:`~ampkit.MixedPrecision`.
         scheduler: an LR scheduler, or a factory called with the optimizer. It steps only
@@ -155,7 +155,7 @@ class Trainer:
     Under ``precision="fp8"`` (or ``ampkit.Fp8(...)`` without a plan) the plan is measured on
     the first batch of ``fit``'s data (on CUDA; rank 0's plan is used by all); under FSDP2
     with the tensorwise recipe weights are all-gathered in fp8. Under ``"bf16-true"`` the
-    logged metrics carry ``lost_updates``, and a share above
+    logged metrics carry the share of lost updates (the mode's metrics), and a share above
     ``ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT`` warns once.
 
     ``fit`` stops with :class:`~ampkit.NonFiniteTrainingError` when the fp32/bf16 training
@@ -759,7 +759,7 @@ class Trainer:
             measured = self.mp.mode.step_metrics(
                 self._parts().optimizer, step=self.state.step, names=self._param_names
             )
-            metrics = replace(metrics, **measured)
+            metrics = replace(metrics, mode_metrics=measured)
             for callback in self.callbacks:
                 callback.on_log(self, metrics)  # the row with the inf/NaN is logged, then we stop
             if self._watch_loss and not math.isfinite(metrics.loss):
@@ -825,7 +825,7 @@ class Trainer:
             notes=list(self.notes),
             scale_history=list(stats.scale_history),
             eval_history=list(self.eval_history),
-            **self.mp.mode.result_fields(),
+            mode_fields=self.mp.mode.result_fields(),
         )
 
     def save_checkpoint(self) -> Path | None:

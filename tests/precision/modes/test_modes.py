@@ -80,7 +80,7 @@ def test_every_canonical_precision_has_its_mode_class():
 
 def test_a_policy_gives_a_bound_mode_with_its_options():
     policy = resolve_precision("bf16-true", "cpu")
-    mode = precision_mode(policy, update_compensation="stochastic", bf16_true_keep_fp32=())
+    mode = precision_mode(policy, update_compensation="stochastic", keep_fp32=())
     assert isinstance(mode, ampkit.Bf16True) and mode.policy is policy
     assert (mode.update_compensation, mode.keep_fp32) == ("stochastic", ())
     fp8 = precision_mode(resolve_precision("fp8-rowwise", "cpu", emulate=True))
@@ -90,9 +90,9 @@ def test_a_policy_gives_a_bound_mode_with_its_options():
 def test_an_option_of_another_mode_is_refused_naming_its_owner():
     with pytest.raises(
         ConfigurationError,
-        match=r"fp8_plan: given, but the precision is bf16-true; it applies to fp8 only",
+        match=r"plan: given, but the precision is bf16-true; it applies to fp8 only",
     ):
-        precision_mode("bf16-true", fp8_plan=object())
+        precision_mode("bf16-true", plan=object())
     with pytest.raises(ConfigurationError, match="given next to the mode object"):
         precision_mode(ampkit.Bf16True(), update_compensation="kahan")
     with pytest.raises(ConfigurationError, match="'auto' is decided by the hardware"):
@@ -270,9 +270,46 @@ def test_fp8_refuses_a_plan_of_another_recipe():
 # -- the engine delegates ----------------------------------------------------------------------
 
 
-def test_the_engine_keeps_its_keywords_and_puts_them_into_the_mode():
-    mp = MixedPrecision("bf16-true", "cpu", update_compensation="stochastic")
+@pytest.mark.parametrize(
+    ("keyword", "value", "mode", "option"),
+    [
+        ("update_compensation", "stochastic", "Bf16True", "update_compensation"),
+        ("bf16_true_keep_fp32", ("0",), "Bf16True", "keep_fp32"),
+        ("bf16_true_state_precision", "bf16-stochastic", "Bf16True", "state_precision"),
+    ],
+)
+def test_an_old_engine_keyword_warns_with_the_mode_object_and_goes_into_the_mode(
+    keyword, value, mode, option
+):
+    new_form = rf"MixedPrecision\(precision=ampkit\.{mode}\({option}=\.\.\.\)\)"
+    with pytest.warns(
+        DeprecationWarning, match=rf"MixedPrecision\({keyword}=\.\.\.\) is deprecated.*{new_form}"
+    ):
+        mp = MixedPrecision("bf16-true", "cpu", **{keyword: value})
+    assert type(mp.mode).__name__ == mode and getattr(mp.mode, option) == value
+
+
+def test_the_old_fp8_plan_keyword_warns_and_becomes_the_plan():
+    model = nn.Sequential(nn.Linear(32, 32))
+    plan = ampkit.fp8_plan(model, measure=False)
+    with pytest.warns(DeprecationWarning, match=r"ampkit\.Fp8\(plan=\.\.\.\)"):
+        mp = MixedPrecision(resolve_precision("fp8", "cpu", emulate=True), fp8_plan=plan)
+    assert mp.mode.plan is plan
+
+
+def test_an_unknown_engine_keyword_is_a_type_error_with_the_closest_spelling():
+    with pytest.raises(
+        TypeError, match="unexpected keyword argument 'max_grad_nrom'; did you mean 'max_grad_norm'"
+    ):
+        MixedPrecision("fp32", "cpu", max_grad_nrom=1.0)
+
+
+def test_the_engine_puts_the_mode_options_into_the_mode_and_refuses_them_for_another():
+    mp = MixedPrecision(ampkit.Bf16True(update_compensation="stochastic"), "cpu")
     assert isinstance(mp.mode, ampkit.Bf16True) and mp.mode.update_compensation == "stochastic"
-    with pytest.raises(ConfigurationError, match="bf16_true_keep_fp32: given, but the precision"):
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ConfigurationError, match="keep_fp32: given, but the precision is fp32"),
+    ):
         MixedPrecision("fp32", "cpu", bf16_true_keep_fp32=())
     assert mp.state_dict().keys() == {"precision", "grad_accum_steps", "micro_step", "scaler"}

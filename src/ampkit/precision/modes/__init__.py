@@ -5,20 +5,22 @@
   :class:`Bf16True` (``bf16_true``), :class:`Fp8` (``fp8``).
 
 :data:`MODES` maps each canonical precision name to its class; :func:`precision_mode` builds
-the mode for a resolved :class:`~ampkit.Policy` (or a spelling, unbound), with the
-:class:`~ampkit.MixedPrecision` options of that mode. A new mode is a subclass in a new file
-plus one :func:`register_mode` call.
+the mode for a resolved :class:`~ampkit.Policy` (or a spelling, unbound), with the options of
+that mode (its constructor's keywords). :func:`declared_fields` lists what the modes report
+(:class:`ModeField`), which is all the Trainer and the command line know of a mode's metrics.
+A new mode is a subclass in a new file plus one :func:`register_mode` call.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from ampkit.errors import ConfigurationError
-from ampkit.precision.modes.base import DoctorSection, PrecisionMode, TrainingSetup
+from ampkit.precision.modes.base import DoctorSection, ModeField, PrecisionMode, TrainingSetup
 from ampkit.precision.modes.bf16_true import Bf16True
 from ampkit.precision.modes.fp8 import Fp8
 from ampkit.precision.modes.fp32 import Fp32
@@ -37,8 +39,13 @@ __all__ = [
     "Fp8",
     "Fp32",
     "Mixed",
+    "ModeField",
     "PrecisionMode",
     "TrainingSetup",
+    "check_declared",
+    "declared_fields",
+    "declared_value",
+    "mode_options",
     "precision_mode",
     "register_mode",
     "unregister_mode",
@@ -104,17 +111,72 @@ def unregister_mode(name: str) -> None:
     MODES.pop(name, None)
 
 
+def declared_fields(kind: Literal["metric", "result"]) -> dict[str, ModeField]:
+    """Every field the registered modes declare: ``"metric"``, the keys of their
+    :meth:`~PrecisionMode.step_metrics` (:attr:`~PrecisionMode.metric_fields`); ``"result"``,
+    those of their :meth:`~PrecisionMode.result_fields` (:attr:`~PrecisionMode.result_field_specs`).
+    By name; the first mode declaring a name gives its :class:`ModeField`."""
+    declared: dict[str, ModeField] = {}
+    for cls in MODES.values():
+        for spec in cls.metric_fields if kind == "metric" else cls.result_field_specs:
+            declared.setdefault(spec.name, spec)
+    return declared
+
+
+def declared_value(
+    record: object, values: Mapping[str, Any], name: str, kind: Literal["metric", "result"]
+) -> Any:
+    """``record.<name>`` for a name a mode declares (:func:`declared_fields` of ``kind``): its
+    value in ``values`` (the record's mode dict), None when the run's mode did not set it.
+    What ``StepMetrics``, ``FitResult`` and ``TrainSummary`` answer for such attributes.
+
+    Raises:
+        AttributeError: no registered mode declares ``name``.
+    """
+    if name.startswith("__") or name not in declared_fields(kind):
+        raise AttributeError(f"{type(record).__name__!r} object has no attribute {name!r}")
+    return values.get(name)
+
+
+def check_declared(
+    record: object, values: Mapping[str, Any], kind: Literal["metric", "result"]
+) -> None:
+    """Refuse keys of a mode's report (``values``) that no registered mode declares: a mode
+    reports through its declared fields only.
+
+    Raises:
+        ConfigurationError: the undeclared keys, and where to declare them.
+    """
+    undeclared = sorted(set(values) - set(declared_fields(kind)))
+    if undeclared:
+        where = "metric_fields" if kind == "metric" else "result_field_specs"
+        raise ConfigurationError(
+            f"{type(record).__name__}: the precision mode reported {undeclared}, which no "
+            f"registered mode declares. Declare each as a ModeField in the mode class's "
+            f"{where}."
+        )
+
+
+def mode_options(cls: type[PrecisionMode]) -> tuple[str, ...]:
+    """The options of a mode class: its constructor's keyword-only parameters (``Fp8``:
+    ``plan``, ``emulate``, ...)."""
+    return tuple(
+        name
+        for name, parameter in inspect.signature(cls.__init__).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    )
+
+
 def _owner(option: str) -> str | None:
     for name, cls in MODES.items():
-        if option in cls.options:
+        if option in mode_options(cls):
             return name
     return None
 
 
 def precision_mode(precision: str | Policy | PrecisionMode, **options: Any) -> PrecisionMode:
-    """The mode of ``precision`` with ``options`` (the :class:`~ampkit.MixedPrecision`
-    keywords of a mode: ``fp8_plan``, ``update_compensation``, ``bf16_true_keep_fp32``,
-    ``bf16_true_state_precision``; a value of None counts as not given).
+    """The mode of ``precision`` with ``options`` (keywords of that mode's constructor,
+    :func:`mode_options`: ``Fp8``'s ``plan``, ...; a value of None counts as not given).
 
     A :class:`~ampkit.Policy` gives a mode bound to it; a spelling (not ``"auto"``) an
     unbound one (the doctor's: nothing about the hardware is asked); a mode is returned as is.
@@ -150,8 +212,9 @@ def precision_mode(precision: str | Policy | PrecisionMode, **options: Any) -> P
             f"{', '.join(MODES)}.",
             argument="precision",
         )
+    takes = mode_options(cls)
     for key in given:
-        if key not in cls.options:
+        if key not in takes:
             owner = _owner(key)
             applies = f"it applies to {owner} only. Drop {key}=, or ask for precision={owner!r}"
             raise ConfigurationError(
@@ -159,7 +222,6 @@ def precision_mode(precision: str | Policy | PrecisionMode, **options: Any) -> P
                 + (applies if owner else f"no precision mode takes it. Drop {key}=")
                 + "."
             )
-    kwargs: Mapping[str, Any] = {cls.options[k]: v for k, v in given.items()}
     if isinstance(precision, Policy):
-        return cls.from_policy(precision, kwargs)
-    return cls.from_parsed(parsed, kwargs)
+        return cls.from_policy(precision, given)
+    return cls.from_parsed(parsed, given)

@@ -16,10 +16,18 @@ and never ask which precision they run: a mode is one subclass in one file, regi
     mode.after_optimizer_step(optimizer, stepped)
     row = mode.step_metrics(optimizer, step=..., names=...)   # each logged step
     fields = mode.result_fields()          # the run summary (FitResult)
+    rows = mode.summary_rows(fields)       # the command line's end-of-run summary
     mode.state_dict() / load_state_dict()  # inside the engine's checkpoint state
     sections = mode.doctor_sections(model, closure, steps=..., lr=...)   # ampkit doctor
 
 Every hook has a default that does nothing, so a mode overrides only what it changes.
+
+What a mode reports is declared on its class: :attr:`PrecisionMode.metric_fields` (the keys
+:meth:`~PrecisionMode.step_metrics` returns, written into each metrics row) and
+:attr:`PrecisionMode.result_field_specs` (the keys of :meth:`~PrecisionMode.result_fields`, in
+the run summary), each a :class:`ModeField`. ``StepMetrics``, ``FitResult``, ``TrainSummary``
+and the command line carry and print these by the declaration alone, never by name, so a new
+metric of a mode is an edit to that mode's file.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ from ampkit.precision.policy import (
     resolve_precision,
 )
 
-__all__ = ["DoctorSection", "PrecisionMode", "TrainingSetup"]
+__all__ = ["DoctorSection", "ModeField", "PrecisionMode", "TrainingSetup"]
 
 #: The number format the doctor measures under each autocast dtype.
 _FORMAT_OF: dict[torch.dtype, str] = {
@@ -74,7 +82,7 @@ class DoctorSection:
     """A part of ``ampkit doctor``'s report that a mode adds (fp8: the per-layer plan).
 
     Attributes:
-        key: its key in the report's JSON (``"fp8_plan"``, ``"lost_updates"``).
+        key: its key in the report's JSON (fp8: ``"fp8_plan"``).
         text: the terminal rendering.
         data: the JSON-ready values.
     """
@@ -90,6 +98,22 @@ class DoctorSection:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready values."""
         return dict(self.data)
+
+
+@dataclass(frozen=True)
+class ModeField:
+    """One value a mode adds to a metrics row or to the run summary.
+
+    Attributes:
+        name: its key (in ``metrics.jsonl``, ``summary.json`` and as an attribute of
+            ``StepMetrics``/``FitResult``/``TrainSummary``, None when the mode did not set it).
+        type: the Python type of a set value (``float``, ``str``).
+        description: one line, for the docs and the loggers.
+    """
+
+    name: str
+    type: type
+    description: str
 
 
 class PrecisionMode:
@@ -115,6 +139,12 @@ class PrecisionMode:
     #: ``MixedPrecision`` keyword -> this class's constructor keyword, for the options the
     #: mode owns (``fp8_plan`` -> ``plan``). Given for another mode, such an option is refused.
     options: ClassVar[Mapping[str, str]] = {}
+
+    #: The keys :meth:`step_metrics` may return (each logged step's metrics row).
+    metric_fields: ClassVar[tuple[ModeField, ...]] = ()
+
+    #: The keys :meth:`result_fields` returns (the run summary).
+    result_field_specs: ClassVar[tuple[ModeField, ...]] = ()
 
     def __init__(self, precision: str) -> None:
         parsed = parse_precision(precision)
@@ -263,13 +293,22 @@ class PrecisionMode:
     def step_metrics(
         self, optimizer: torch.optim.Optimizer, *, step: int, names: Mapping[int, str]
     ) -> dict[str, Any]:
-        """Fields of the logged step's metrics row (``StepMetrics``) the mode measured;
-        ``names`` maps ``id(parameter)`` to its name. Default: none."""
+        """Fields of the logged step's metrics row (``StepMetrics``) the mode measured, keys
+        of :attr:`metric_fields`; ``names`` maps ``id(parameter)`` to its name. Default:
+        none."""
         return {}
 
     def result_fields(self) -> dict[str, Any]:
-        """Fields of the run summary (``FitResult``) the mode sets. Default: none."""
+        """Fields of the run summary (``FitResult``) the mode sets, the keys of
+        :attr:`result_field_specs`. Default: none."""
         return {}
+
+    @classmethod
+    def summary_rows(cls, fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``(label, text)`` rows the command line's end-of-run summary prints for ``fields``
+        (what :meth:`result_fields` returned, as recorded in ``summary.json``). Default:
+        none."""
+        return []
 
     def state_dict(self) -> dict[str, Any]:
         """State to keep in checkpoints (inside the engine's). Default: none (``{}``)."""

@@ -25,10 +25,24 @@ from ampkit.precision.bf16_true.compensated import (
     check_compensation,
     check_state_precision,
 )
-from ampkit.precision.modes.base import DoctorSection, PrecisionMode, TrainingSetup
+from ampkit.precision.modes.base import DoctorSection, ModeField, PrecisionMode, TrainingSetup
 from ampkit.precision.policy import ParsedPrecision
 
 __all__ = ["Bf16True"]
+
+#: How bf16-true keeps small weight updates, in the run summary's words.
+_COMPENSATION = {
+    "kahan": "Kahan-compensated",
+    "stochastic": "stochastic rounding",
+    "none": "no compensation",
+}
+#: How bf16-true stores the optimizer state, in the run summary's words.
+_STATE = {
+    "fp32": "fp32",
+    "bf16-stochastic": "bf16, stochastic rounding",
+    "bf16-kahan": "bf16, Kahan-compensated",
+    "bf16": "bf16, round to nearest",
+}
 
 
 class Bf16True(PrecisionMode):
@@ -63,6 +77,33 @@ class Bf16True(PrecisionMode):
         "bf16_true_keep_fp32": "keep_fp32",
         "bf16_true_state_precision": "state_precision",
     }
+    metric_fields: ClassVar[tuple[ModeField, ...]] = (
+        ModeField(
+            "lost_updates",
+            float,
+            "share of the step's intended weight updates the bf16 weights did not store",
+        ),
+        ModeField(
+            "lost_state_updates",
+            float,
+            "the same share for the optimizer state of the bf16 parameters (0.0 under fp32 state)",
+        ),
+    )
+    result_field_specs: ClassVar[tuple[ModeField, ...]] = (
+        ModeField(
+            "update_compensation",
+            str,
+            "how small weight updates are kept: kahan, stochastic or none",
+        ),
+        ModeField("lost_updates", float, "lost_updates of the last logged step"),
+        ModeField(
+            "state_precision",
+            str,
+            "how the optimizer state of the bf16 parameters is stored: fp32, bf16-stochastic, "
+            "bf16-kahan or bf16",
+        ),
+        ModeField("lost_state_updates", float, "lost_state_updates of the last logged step"),
+    )
 
     def __init__(
         self,
@@ -217,6 +258,29 @@ class Bf16True(PrecisionMode):
             "state_precision": self.state_precision,
             "lost_state_updates": self._lost_state,
         }
+
+    @classmethod
+    def summary_rows(cls, fields: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """``updates`` (the compensation and the last logged share of lost weight updates)
+        and ``state`` (how the optimizer state is stored, and its lost share unless fp32)."""
+        rows = []
+        compensation = fields.get("update_compensation")
+        if compensation is not None:
+            how = _COMPENSATION.get(compensation, compensation)
+            lost = fields.get("lost_updates")
+            if lost is not None:
+                how += f"; {lost:.2%} of the last logged step's updates rounded away"
+            rows.append(("updates", f"bf16 weights, {how}"))
+        state = fields.get("state_precision")
+        if state is not None:
+            kept = _STATE.get(state, state)
+            if kept != state:
+                kept += f" ({state})"
+            lost_state = fields.get("lost_state_updates")
+            if lost_state is not None and state != "fp32":
+                kept += f"; {lost_state:.2%} of the last logged step's state updates rounded away"
+            rows.append(("state", f"optimizer state in {kept}"))
+        return rows
 
     def doctor_sections(
         self,
