@@ -19,7 +19,9 @@ import torch
 from torch import nn
 
 from ampkit._stack import user_stacklevel
-from ampkit.errors import PrecisionWarning
+from ampkit._validate import is_number
+from ampkit.errors import ConfigurationError, PrecisionWarning
+from ampkit.precision.bf16_true import LOST_UPDATES_WARN_AT
 from ampkit.precision.bf16_true.compensated import (
     CompensatedOptimizer,
     check_compensation,
@@ -59,13 +61,18 @@ class Bf16True(PrecisionMode):
             ``"fp32"`` (default: exact; AdamW 8 B per parameter), ``"bf16-stochastic"``
             (stochastic rounding, unbiased; 4 B), ``"bf16-kahan"`` (bf16 plus a bf16 residual;
             8 B) or ``"bf16"`` (round to nearest; warns: AdamW's second moment drifts up).
+        warn_lost_above: the share of a logged step's intended weight (or state) updates
+            rounded away above which the run warns, once; default
+            :data:`~ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT` (0.1). Stochastic rounding
+            never warns (its rounded-away updates are kept in expectation).
 
     Example::
 
         Trainer(model, opt, max_steps=10, precision=ampkit.Bf16True(update_compensation="stochastic"))
 
     Raises:
-        ConfigurationError: an unknown ``update_compensation`` or ``state_precision``.
+        ConfigurationError: an unknown ``update_compensation`` or ``state_precision``, or a
+            ``warn_lost_above`` outside [0, 1].
 
     Warns:
         PrecisionWarning: ``update_compensation="none"`` or ``state_precision="bf16"``.
@@ -111,8 +118,16 @@ class Bf16True(PrecisionMode):
         update_compensation: str | None = None,
         keep_fp32: Sequence[str | type[nn.Module]] | None = None,
         state_precision: str | None = None,
+        warn_lost_above: float = LOST_UPDATES_WARN_AT,
     ) -> None:
         super().__init__("bf16-true")
+        if not is_number(warn_lost_above, 0.0, 1.0):
+            raise ConfigurationError(
+                f"warn_lost_above: {warn_lost_above!r} is invalid. Use a share from 0 to 1 "
+                f"(default {LOST_UPDATES_WARN_AT}: warn when more than 10% of a step's updates "
+                "are rounded away)."
+            )
+        self.warn_lost_above = float(warn_lost_above)
         if update_compensation is not None:
             check_compensation(update_compensation)
         if state_precision is not None:
@@ -222,7 +237,11 @@ class Bf16True(PrecisionMode):
         self._lost_state = None if lost is None else lost.state_fraction
         if lost is None:
             return {}
-        if not self._warned and lost.alarming:
+        if (
+            not self._warned
+            and lost.compensation != "stochastic"
+            and lost.fraction > self.warn_lost_above
+        ):
             self._warned = True
             worst = sorted(lost.per_tensor.items(), key=lambda kv: -kv[1])[:3]
             warnings.warn(
@@ -231,11 +250,16 @@ class Bf16True(PrecisionMode):
                 f"{lost.compensation!r}; worst: "
                 + ", ".join(f"{n} {100 * v:.0f}%" for n, v in worst)
                 + "). Use update_compensation='kahan' or 'stochastic', or keep these modules in "
-                "fp32 (Bf16True(keep_fp32=[...])).",
+                f"fp32 (Bf16True(keep_fp32=[...])); this warns above warn_lost_above="
+                f"{self.warn_lost_above}.",
                 PrecisionWarning,
                 stacklevel=user_stacklevel(),
             )
-        if not self._warned_state and lost.state_alarming:
+        if (
+            not self._warned_state
+            and lost.state_precision == "bf16"
+            and lost.state_fraction > self.warn_lost_above
+        ):
             self._warned_state = True
             worst = sorted(lost.state_per_tensor.items(), key=lambda kv: -kv[1])[:3]
             warnings.warn(

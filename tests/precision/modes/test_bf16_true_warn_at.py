@@ -1,0 +1,52 @@
+"""``Bf16True(warn_lost_above=...)``: the share of a logged step's weight updates lost above
+which the mode warns (once per run); an option added in one file, the mode's own."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import ampkit
+from ampkit import ConfigurationError, PrecisionWarning
+
+
+def _fit(mode: ampkit.Bf16True) -> list[warnings.WarningMessage]:
+    torch.manual_seed(0)
+    x = torch.randn(32, 8)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ampkit.Trainer(
+            nn.Sequential(nn.Linear(8, 16), nn.Linear(16, 1)),
+            lambda p: torch.optim.AdamW(p, lr=1e-6),  # tiny updates: most are rounded away
+            loss_fn=nn.functional.mse_loss,
+            max_steps=2,
+            precision=mode,
+            device="cpu",
+            batch_size=8,
+            logging=ampkit.LoggingConfig(log_every=1, progress_bar=False),
+        ).fit(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)))
+    return [w for w in seen if issubclass(w.category, PrecisionWarning)]
+
+
+def test_the_threshold_decides_whether_lost_updates_warn():
+    # update_compensation="none" warns at construction; that warning is not the one counted
+    with pytest.warns(PrecisionWarning, match="update_compensation='none'"):
+        never = ampkit.Bf16True(update_compensation="none", keep_fp32=[], warn_lost_above=1.0)
+    assert not [w for w in _fit(never) if "rounded away by the bf16 weights" in str(w.message)]
+    with pytest.warns(PrecisionWarning, match="update_compensation='none'"):
+        always = ampkit.Bf16True(update_compensation="none", keep_fp32=[], warn_lost_above=0.0)
+    lost = [w for w in _fit(always) if "rounded away by the bf16 weights" in str(w.message)]
+    assert len(lost) == 1 and "warn_lost_above=0.0" in str(lost[0].message)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan"), True, "0.1"])
+def test_a_threshold_outside_0_to_1_is_refused(bad):
+    with pytest.raises(ConfigurationError, match="warn_lost_above"):
+        ampkit.Bf16True(warn_lost_above=bad)
+
+
+def test_the_default_threshold_is_the_documented_one():
+    assert ampkit.Bf16True().warn_lost_above == ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT
