@@ -80,3 +80,79 @@ def test_state_precision_is_a_key_of_the_file_and_of_print_config(tmp_path):
     lines = [line for line in refused.output.splitlines() if line.strip()]
     assert refused.exit_code == 2 and len(lines) == 1
     assert "--state-precision applies to --precision bf16-true only" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("steps = 1.5\n", "steps: expected an integer, got a float (1.5)"),
+        ("steps = true\n", "steps: expected an integer, got a boolean (true)"),
+        ("lr = true\n", "lr: expected a number, got a boolean (true)"),
+        ('lr = "1e-3"\n', "lr: expected a number, got a string ('1e-3')"),
+        (
+            "steps = 1979-05-27\n",
+            "steps: expected an integer, got a TOML date or time (1979-05-27)",
+        ),
+        ("dist-timeout = [1, 2]\n", "dist-timeout: expected a number, got an array ([1, 2])"),
+        ('keep_fp32 = "head"\n', "keep_fp32: expected an array of strings, got a string ('head')"),
+        ("keep_fp32 = [1]\n", "keep_fp32: expected an array of strings, got an array holding"),
+        ("nproc = 2.0\n", "nproc: expected an integer, got a float (2.0)"),
+        ("overwrite = 1\n", "overwrite: expected true or false, got an integer (1)"),
+        ("warmup_steps = 2.5\n", "warmup_steps: expected an integer, got a float (2.5)"),
+        ("batch_size = 4\nbatch-size = 8\n", "'batch_size' and 'batch-size' are the same setting"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_is_one_line_and_exit_2(tmp_path, text, expected):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    result = invoke("--config", str(path), "--print-config")
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and expected in lines[0], result.output
+
+
+def test_an_infinite_dist_timeout_is_refused_before_any_work():
+    for value in ("inf", "nan", "0", "-1"):
+        result = invoke("--dist-timeout", value, "--print-config")
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert result.exit_code == 2 and len(lines) == 1, result.output
+        assert "--dist-timeout must be a finite positive number of seconds" in lines[0]
+
+
+def _other_value(row) -> list[str]:
+    """Command-line arguments that set ``row`` to a valid value other than its default."""
+    if row.type is bool:
+        return ["--no-compile"] if row.name == "compile" else [row.option]
+    if row.choices:
+        return [row.option, next(c for c in row.choices if c != row.default)]
+    if row.name in ("n_embd", "n_head"):
+        return [row.option, "64" if row.name == "n_embd" else "8"]
+    if row.type in (int, float):
+        return [row.option, str((row.default or 1) + 1)]
+    return [row.option, "x" if row.name != "precision" else "bf16-true"]
+
+
+def test_print_config_reads_back_through_config_for_every_option(tmp_path):
+    """Every row of the settings table, set to another value on the command line, survives
+    --print-config -> --config -> --print-config unchanged (what is printed is accepted)."""
+    from ampkit.job.config import settings
+
+    compatible = {  # options that need a partner to be valid
+        "allow_precision_change": ["--resume", "auto", "--out", str(tmp_path / "o")],
+        "resume": ["--out", str(tmp_path / "o")],
+        "checkpoint_every": ["--out", str(tmp_path / "o")],
+        "keep_last": ["--out", str(tmp_path / "o")],
+        "update_compensation": ["--precision", "bf16-true"],
+        "state_precision": ["--precision", "bf16-true"],
+    }
+    rows = [row for row in settings() if row.option is not None]
+    assert len(rows) >= 25
+    for row in rows:
+        args = [*_other_value(row), *compatible.get(row.name, [])]
+        first = invoke(*args, "--print-config")
+        assert first.exit_code == 0, (row.name, first.output)
+        printed = tomllib.loads(first.output)
+        assert printed[row.name] != (list(row.default) if row.many else row.default), row.name
+        path = tmp_path / f"{row.name}.toml"
+        path.write_text(first.output, encoding="utf-8")
+        again = invoke("--config", str(path), "--print-config")
+        assert again.exit_code == 0 and again.output == first.output, (row.name, again.output)

@@ -6,165 +6,51 @@ import contextlib
 import dataclasses
 import math
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
 
-from ampkit.job.config import TrainConfig
+from ampkit.job.config import Setting, TrainConfig, settings, value_problem
 
 __all__ = ["train"]
-
-_DEFAULT = TrainConfig.defaults()
 
 
 def _positive_or_none(value: float) -> float | None:
     return None if value == 0 else value
 
 
+def _settings_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """One click option per row of the settings table (:func:`ampkit.job.config.settings`):
+    the flag, type, default, choices and help of each come from its ``TrainConfig`` field."""
+    for row in reversed(settings()):
+        if row.option is None:
+            continue  # a key of the --config file only
+        decls = [row.flag or row.option, row.name]
+        kwargs: dict[str, Any] = {"help": row.help, "default": row.default}
+        if row.type is bool and "/" not in decls[0]:
+            kwargs["is_flag"] = True
+        elif row.type is not bool:
+            kwargs["type"] = _click_type(row)
+            kwargs["show_default"] = row.show_default
+        if row.many:
+            kwargs["multiple"] = True
+        if row.metavar:
+            kwargs["metavar"] = row.metavar
+        function = click.option(*decls, **kwargs)(function)
+    return function
+
+
+def _click_type(row: Setting) -> Any:
+    if row.choices:
+        return click.Choice(list(row.choices))
+    if row.path:
+        return click.Path(dir_okay=row.path != "file", file_okay=row.path != "dir")
+    return {int: click.INT, float: click.FLOAT}.get(row.type, click.STRING)
+
+
 @click.command()
-@click.option(
-    "--precision",
-    default=_DEFAULT["precision"],
-    show_default=True,
-    help="auto, fp32, fp16, bf16, fp16-mixed, bf16-mixed, bf16-true (bf16 weights and "
-    "optimizer state) or fp8 (fp8-tensorwise, fp8-rowwise, fp8-rowwise-gw-hp; CUDA 8.9+). "
-    "auto picks from the hardware (never bf16-true or fp8).",
-)
-@click.option(
-    "--device",
-    default=None,
-    help="cpu, cuda or cuda:N (NVIDIA, or AMD under ROCm), mps, xpu or xpu:N. "
-    "[default: the first of cuda, xpu, mps available, else cpu]",
-)
-@click.option(
-    "--steps", type=int, default=_DEFAULT["steps"], show_default=True, help="Optimizer steps."
-)
-@click.option(
-    "--batch-size",
-    type=int,
-    default=_DEFAULT["batch_size"],
-    show_default=True,
-    help="Sequences per micro-batch.",
-)
-@click.option(
-    "--seq-len",
-    type=int,
-    default=_DEFAULT["seq_len"],
-    show_default=True,
-    help="Tokens (bytes) per sequence.",
-)
-@click.option(
-    "--grad-accum",
-    type=int,
-    default=_DEFAULT["grad_accum"],
-    show_default=True,
-    help="Micro-batches per optimizer step.",
-)
-@click.option(
-    "--max-grad-norm",
-    type=float,
-    default=_DEFAULT["max_grad_norm"],
-    show_default=True,
-    help="Clip the unscaled gradient norm to this; 0 disables clipping.",
-)
-@click.option(
-    "--lr", type=float, default=_DEFAULT["lr"], show_default=True, help="Peak AdamW learning rate."
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=_DEFAULT["seed"],
-    show_default=True,
-    help="Seed for weights and batches.",
-)
-@click.option(
-    "--data",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="A UTF-8 text file to train on. [default: Python's standard-library sources]",
-)
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/.",
-)
-@click.option(
-    "--log-every",
-    type=int,
-    default=_DEFAULT["log_every"],
-    show_default=True,
-    help="Steps between metric rows.",
-)
-@click.option(
-    "--checkpoint-every",
-    type=int,
-    default=None,
-    help="Write OUT/checkpoints/step-N every N steps (atomic, verified).",
-)
-@click.option("--keep-last", type=int, default=None, help="Keep only the newest N checkpoints.")
-@click.option(
-    "--resume",
-    default=None,
-    help="auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh "
-    "in an empty OUT, or one whose earlier run committed no checkpoint: its metrics.jsonl is "
-    "kept as metrics.lost-TIME.jsonl); or a checkpoint folder. Settings must match the checkpoint's, except "
-    "--steps, --lr (applied to the schedule) and the logging/checkpoint flags. Carried over "
-    "from the checkpoint unless given again: --steps, --log-every, --checkpoint-every, "
-    "--keep-last. A run that has done its steps is left as it is (nothing to do).",
-)
-@click.option(
-    "--overwrite",
-    is_flag=True,
-    help="Replace an earlier run in OUT (deletes its metrics.jsonl, summary.json, "
-    "model.safetensors, checkpoints/ and tensorboard/). Without it a fresh run refuses such "
-    "a folder.",
-)
-@click.option(
-    "--n-layer",
-    type=int,
-    default=_DEFAULT["n_layer"],
-    show_default=True,
-    help="Transformer blocks of the GPT.",
-)
-@click.option(
-    "--n-head", type=int, default=_DEFAULT["n_head"], show_default=True, help="Attention heads."
-)
-@click.option(
-    "--n-embd",
-    type=int,
-    default=_DEFAULT["n_embd"],
-    show_default=True,
-    help="Width of the GPT (a multiple of --n-head).",
-)
-@click.option(
-    "--allow-precision-change",
-    is_flag=True,
-    help="With --resume: accept a checkpoint saved under another precision (e.g. fp16 -> bf16 "
-    "after a divergence); weights and optimizer carry over, the loss-scaler state is dropped "
-    "and the change is recorded in metrics.jsonl.",
-)
-@click.option(
-    "--compile/--no-compile",
-    "compile_",
-    default=None,
-    help="torch.compile the model. [default: on for fp8 on CUDA, else off]",
-)
-@click.option(
-    "--compile-mode",
-    type=click.Choice(["default", "reduce-overhead", "max-autotune"]),
-    default=None,
-    help="torch.compile mode (implies --compile); reduce-overhead uses CUDA graphs.",
-)
-@click.option(
-    "--strategy",
-    type=click.Choice(["auto", "ddp", "fsdp", "hsdp", "none"]),
-    default=_DEFAULT["strategy"],
-    show_default=True,
-    help="Data parallelism under torchrun: DDP, FSDP2 (fully_shard), HSDP (FSDP2 sharded "
-    "within a node, replicated across nodes) or none.",
-)
+@_settings_options
 @click.option(
     "--nproc",
     type=int,
@@ -196,48 +82,6 @@ def _positive_or_none(value: float) -> float | None:
     "as nodes join).",
 )
 @click.option("--rdzv-id", default=None, help="The job's id for --rdzv-endpoint.")
-@click.option(
-    "--dist-timeout",
-    type=float,
-    default=_DEFAULT["dist_timeout"],
-    show_default=True,
-    help="Seconds a collective waits for the other processes before it fails; also how long "
-    "a stopping job waits for its workers' checkpoint.",
-)
-@click.option(
-    "--keep-fp32",
-    multiple=True,
-    metavar="MODULE",
-    help="Run this module of the GPT in fp32 under autocast (repeatable), e.g. head.",
-)
-@click.option(
-    "--detect-nonfinite",
-    is_flag=True,
-    help="Stop at the first inf/NaN and name the module that produced it.",
-)
-@click.option(
-    "--update-compensation",
-    type=click.Choice(["kahan", "stochastic", "none"]),
-    default=None,
-    help="bf16-true only: Kahan-compensated or stochastically rounded weight updates, or none "
-    "(warns: small updates are lost). [default: kahan]",
-)
-@click.option(
-    "--state-precision",
-    type=click.Choice(["fp32", "bf16-stochastic", "bf16-kahan", "bf16"]),
-    default=None,
-    help="bf16-true only: keep the optimizer state of the bf16 weights in fp32, in bf16 with "
-    "stochastic rounding, in bf16 with a Kahan residual, or in plain bf16 (warns: AdamW's "
-    "second moment drifts up). Fixed for the run: a resume must keep it. [default: fp32]",
-)
-@click.option(
-    "--logger",
-    "loggers",
-    multiple=True,
-    type=click.Choice(["tensorboard", "mlflow", "wandb"]),
-    help="Also send the logged steps to this tracker (repeatable): tensorboard "
-    "(OUT/tensorboard), mlflow (a file store in OUT/mlruns), wandb (offline, in OUT).",
-)
 @click.option(
     "--progress/--no-progress", default=True, show_default=True, help="Show a progress bar."
 )
@@ -287,10 +131,12 @@ def train(**options: Any) -> None:
     if nproc < 1:
         raise click.BadParameter(f"{nproc} is invalid; use 1 or more.", param_hint="--nproc")
     show_progress = options.pop("progress") and os.environ.get("RANK", "0") == "0"
-    compile_ = options.pop("compile_")
-    options["compile"] = True if options["compile_mode"] is not None else compile_
+    if options["compile_mode"] is not None:
+        options["compile"] = True
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
+    options = {name: tuple(v) if isinstance(v, list) else v for name, v in options.items()}
     config = TrainConfig(**options)
+    config.validate()  # before --print-config too: it writes only what --config accepts
     if print_config:
         click.echo(config_as_toml(config, nproc), nl=False)
         return
@@ -460,10 +306,6 @@ def _given_on_command_line() -> frozenset[str]:
 
 #: Where --config leaves the settings that have no option of their own (ctx.meta key).
 _FILE_ONLY = "ampkit.train.file_only"
-#: TrainConfig settings a --config file may set that have no command-line option.
-_FILE_ONLY_KEYS = ("init_scale", "growth_interval", "warmup_steps", "weight_decay")
-#: Keys whose option has another parameter name.
-_PARAM_OF = {"compile": "compile_"}
 
 
 def _read_config_file(ctx: click.Context, path: str | None) -> None:
@@ -498,29 +340,52 @@ def _read_config_file(ctx: click.Context, path: str | None) -> None:
         raise click.BadParameter(
             f"{path} is not valid TOML: {exc}.", param_hint="--config"
         ) from None
-    params = {p.name for p in ctx.command.params if p.name} - {"print_config", "config_file"}
+    params = {
+        p.name: p for p in ctx.command.params if p.name not in (None, "print_config", "config_file")
+    }
+    rows = {row.name: row for row in settings()}
     defaults: dict[str, Any] = {}
     file_only: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
-        name = _PARAM_OF.get(name, name)
+        if name in spelled:
+            raise click.BadParameter(
+                f"{path}: {spelled[name]!r} and {key!r} are the same setting. Keep one of them.",
+                param_hint="--config",
+            )
+        spelled[name] = str(key)
         if isinstance(value, dict):
             raise click.BadParameter(
                 f"{path}: [{key}] is a table; write the settings as top-level keys (steps = 300).",
                 param_hint="--config",
             )
-        if name in _FILE_ONLY_KEYS:
-            file_only[name] = value
-        elif name in params:
-            defaults[name] = value
-        else:
-            allowed = sorted(n.rstrip("_").replace("_", "-") for n in params | set(_FILE_ONLY_KEYS))
+        row = rows.get(name)
+        if row is None and name not in params:
+            allowed = sorted(n.replace("_", "-") for n in {*params, *rows})
             raise click.BadParameter(
                 f"{path}: unknown setting {key!r}. Known: {', '.join(allowed)}.",
                 param_hint="--config",
             )
+        problem = row.file_problem(value) if row else _param_problem(params[name], value)
+        if problem:
+            raise click.BadParameter(f"{path}: {key}: {problem}.", param_hint="--config")
+        if row is not None and row.option is None:
+            file_only[name] = value
+        else:
+            defaults[name] = value
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     ctx.meta[_FILE_ONLY] = file_only
+
+
+def _param_problem(param: click.Parameter, value: Any) -> str | None:
+    """What is wrong with a ``--config`` value for an option outside the settings table
+    (``nproc``, the launch options, ``progress``), by the option's click type."""
+    kinds = {click.types.IntParamType: int, click.types.FloatParamType: float}
+    kind = next((k for t, k in kinds.items() if isinstance(param.type, t)), str)
+    if isinstance(param, click.Option) and param.is_flag:
+        kind = bool
+    return value_problem(kind, value)
 
 
 def config_as_toml(config: TrainConfig, nproc: int = 1) -> str:

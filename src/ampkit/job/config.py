@@ -1,14 +1,23 @@
-"""Settings of one ``ampkit train`` run (no torch import: the command line reads its defaults)."""
+"""Settings of one ``ampkit train`` run, and the table the command line is made from (no torch
+import: ``ampkit train --help`` reads it).
+
+Each :class:`TrainConfig` field is one row of the table: its type and default, and in its
+``metadata`` (:func:`setting`) the ``--help`` text, the choices, and what a resume does with
+it. ``ampkit train``'s options, the ``--config`` file's keys and their type checks, and the
+resume rules (:mod:`ampkit.job.resume`) are all read from here, so a new flag is one field.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+import types
+import typing
+from dataclasses import Field, asdict, dataclass, field, fields
+from typing import Any, Literal
 
 from ampkit._validate import is_int, is_number
 from ampkit.errors import ConfigurationError
 
-__all__ = ["LOGGERS", "TrainConfig"]
+__all__ = ["LOGGERS", "Setting", "TrainConfig", "setting", "settings", "value_problem"]
 
 #: The experiment trackers ``ampkit train --logger`` can send the logged steps to.
 LOGGERS = ("tensorboard", "mlflow", "wandb")
@@ -16,87 +25,213 @@ LOGGERS = ("tensorboard", "mlflow", "wandb")
 #: The largest ``--seed`` (in absolute value) the samplers can derive their seeds from.
 _SEED_MAX = 2**32 - 1
 
+#: What a resume does with a setting: ``compared`` (must equal the checkpoint's), ``free``
+#: (may differ), ``carried`` (taken from the checkpoint unless given again), ``applied`` (a new
+#: value takes effect from the checkpoint on).
+OnResume = Literal["compared", "free", "carried", "applied"]
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = "",
+    choices: tuple[str, ...] | None = None,
+    metavar: str | None = None,
+    path: Literal["file", "dir"] | None = None,
+    show_default: bool | str = True,
+    on_resume: OnResume = "compared",
+    mode_option: bool = False,
+) -> Any:
+    """One row of the table: a :class:`TrainConfig` field with its command-line option.
+
+    Args:
+        default: the field's default (and the option's).
+        help: the option's ``--help`` text (also the field's documentation).
+        flag: the option's name; ``""``: ``--`` plus the field's name with dashes; None: no
+            option (a key of the ``--config`` file only).
+        choices: the values allowed (a ``click.Choice``).
+        metavar: how ``--help`` names the value.
+        path: the value is a path to a file or to a folder.
+        show_default: ``--help`` shows the default (a string: shows that text instead).
+        on_resume: what a resume does with it (:data:`OnResume`).
+        mode_option: an option of the precision mode, passed to its constructor by name.
+    """
+    return field(
+        default=default,
+        metadata={
+            "help": help,
+            "flag": flag,
+            "choices": choices,
+            "metavar": metavar,
+            "path": path,
+            "show_default": show_default,
+            "on_resume": on_resume,
+            "mode_option": mode_option,
+        },
+    )
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """Settings of one ``ampkit train`` run. Field docs say where each takes effect.
+    """Settings of one ``ampkit train`` run: one field per setting, each documented by its
+    ``help`` (:func:`settings` lists them; it is also the option's ``--help``)."""
 
-    Attributes:
-        precision: ``auto``/``fp32``/``fp16``/``bf16`` (or alias); resolved once, at start.
-        device: ``cpu``, ``cuda``, ``cuda:N``; None picks CUDA when available.
-        steps: optimizer steps to run (each is ``grad_accum`` micro-batches).
-        batch_size: sequences per micro-batch (per process).
-        seq_len: tokens per sequence; also the model's context length.
-        grad_accum: micro-batches accumulated per optimizer step.
-        max_grad_norm: clip the unscaled gradient norm to this; None disables clipping.
-        lr: peak AdamW learning rate, reached after ``warmup_steps`` linear warm-up steps.
-        warmup_steps: linear warm-up length in optimizer steps (the scheduler advances only
-            on steps that really updated the weights).
-        weight_decay: AdamW decoupled weight decay.
-        seed: seeds the model initialisation and the batch sampler.
-        data: a UTF-8 text file to train on; None uses the built-in standard-library corpus.
-        out: folder for ``metrics.jsonl``, ``summary.json`` and ``model.safetensors``.
-        log_every: write a metrics row (and sync the GPU once) every this many steps.
-        n_layer, n_head, n_embd: shape of the built-in GPT.
-        init_scale, growth_interval: loss-scaler settings, used only for fp16.
-        checkpoint_every: write ``out/checkpoints/step-N`` every N steps (needs ``out``).
-        keep_last: keep only the newest N checkpoints.
-        resume: ``auto`` (newest valid checkpoint in ``out/checkpoints``) or a checkpoint path;
-            the settings recorded in the checkpoint are compared with these before any step.
-        overwrite: replace an earlier run's outputs in ``out`` (otherwise a fresh run refuses
-            a folder that holds them).
-        allow_precision_change: resume a checkpoint saved under another precision on purpose
-            (fp16 -> bf16): weights and optimizer carry over, the loss-scaler state is dropped.
-        compile: ``torch.compile`` the model; None: on for fp8 on CUDA, else off.
-        compile_mode: ``torch.compile`` mode (``reduce-overhead``: CUDA graphs).
-        strategy: ``auto`` (DDP under torchrun), ``ddp``, ``fsdp``, ``hsdp`` or ``none``.
-        dist_timeout: seconds a collective waits for the other processes before it fails
-            (and that a stopping ``--nproc`` job waits for its workers' checkpoint).
-        keep_fp32: module names of the GPT to run in fp32 under autocast.
-        detect_nonfinite: stop at the first inf/NaN and name the module that made it.
-        update_compensation: bf16-true only: ``kahan`` (default), ``stochastic`` or ``none``.
-        state_precision: bf16-true only: the optimizer state of the bf16 parameters in
-            ``fp32`` (default), ``bf16-stochastic``, ``bf16-kahan`` or ``bf16``; recorded in
-            the checkpoint (a resume with another one is refused).
-        loggers: experiment trackers that get every logged step besides ``metrics.jsonl``:
-            ``tensorboard`` (under ``out/tensorboard``; also on by itself when installed and
-            ``out`` is set), ``mlflow`` (a file store under ``out/mlruns``, or MLflow's own
-            setting without ``out``), ``wandb`` (offline, under ``out``).
-    """
-
-    precision: str = "auto"
-    device: str | None = None
-    steps: int = 300
-    batch_size: int = 16
-    seq_len: int = 128
-    grad_accum: int = 1
-    max_grad_norm: float | None = 1.0
-    lr: float = 2e-3
-    warmup_steps: int = 20
-    weight_decay: float = 0.1
-    seed: int = 0
-    data: str | None = None
-    out: str | None = None
-    log_every: int = 10
-    n_layer: int = 2
-    n_head: int = 4
-    n_embd: int = 128
-    init_scale: float = 2.0**16
-    growth_interval: int = 2000
-    checkpoint_every: int | None = None
-    keep_last: int | None = None
-    resume: str | None = None
-    allow_precision_change: bool = False
-    compile: bool | None = None
-    compile_mode: str | None = None
-    strategy: str = "auto"
-    dist_timeout: float = 600.0
-    keep_fp32: tuple[str, ...] = ()
-    detect_nonfinite: bool = False
-    overwrite: bool = False
-    update_compensation: str | None = None
-    state_precision: str | None = None
-    loggers: tuple[str, ...] = ()
+    precision: str = setting(
+        "auto",
+        "auto, fp32, fp16, bf16, fp16-mixed, bf16-mixed, bf16-true (bf16 weights and optimizer "
+        "state) or fp8 (fp8-tensorwise, fp8-rowwise, fp8-rowwise-gw-hp; CUDA 8.9+). auto picks "
+        "from the hardware (never bf16-true or fp8).",
+        on_resume="free",  # compared as resolved (fp32, bf16, fp16), not as spelled
+    )
+    device: str | None = setting(
+        None,
+        "cpu, cuda or cuda:N (NVIDIA, or AMD under ROCm), mps, xpu or xpu:N. "
+        "[default: the first of cuda, xpu, mps available, else cpu]",
+        show_default=False,
+        on_resume="free",
+    )
+    steps: int = setting(300, "Optimizer steps.", on_resume="carried")
+    batch_size: int = setting(16, "Sequences per micro-batch.")
+    seq_len: int = setting(128, "Tokens (bytes) per sequence.")
+    grad_accum: int = setting(1, "Micro-batches per optimizer step.")
+    max_grad_norm: float | None = setting(
+        1.0, "Clip the unscaled gradient norm to this; 0 disables clipping."
+    )
+    lr: float = setting(2e-3, "Peak AdamW learning rate.", on_resume="applied")
+    warmup_steps: int = setting(
+        20,
+        "Linear warm-up length in optimizer steps (the scheduler advances only on steps that "
+        "really updated the weights).",
+        flag=None,
+    )
+    weight_decay: float = setting(0.1, "AdamW decoupled weight decay.", flag=None)
+    seed: int = setting(0, "Seed for weights and batches.")
+    data: str | None = setting(
+        None,
+        "A UTF-8 text file to train on. [default: Python's standard-library sources]",
+        path="file",
+        show_default=False,
+        on_resume="free",  # compared by content (data_sha256) when recorded
+    )
+    out: str | None = setting(
+        None,
+        "Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/.",
+        path="dir",
+        show_default=False,
+        on_resume="free",
+    )
+    log_every: int = setting(10, "Steps between metric rows.", on_resume="carried")
+    n_layer: int = setting(2, "Transformer blocks of the GPT.")
+    n_head: int = setting(4, "Attention heads.")
+    n_embd: int = setting(128, "Width of the GPT (a multiple of --n-head).")
+    init_scale: float = setting(
+        2.0**16, "The fp16 loss scaler's initial scale (used only for fp16).", flag=None
+    )
+    growth_interval: int = setting(
+        2000,
+        "Steps without inf/NaN after which the fp16 loss scale doubles (used only for fp16).",
+        flag=None,
+    )
+    checkpoint_every: int | None = setting(
+        None,
+        "Write OUT/checkpoints/step-N every N steps (atomic, verified).",
+        show_default=False,
+        on_resume="carried",
+    )
+    keep_last: int | None = setting(
+        None, "Keep only the newest N checkpoints.", show_default=False, on_resume="carried"
+    )
+    resume: str | None = setting(
+        None,
+        "auto: continue from the newest valid checkpoint in OUT/checkpoints (or start fresh "
+        "in an empty OUT, or one whose earlier run committed no checkpoint: its metrics.jsonl is "
+        "kept as metrics.lost-TIME.jsonl); or a checkpoint folder. Settings must match the "
+        "checkpoint's, except --steps, --lr (applied to the schedule) and the logging/checkpoint "
+        "flags. Carried over from the checkpoint unless given again: --steps, --log-every, "
+        "--checkpoint-every, --keep-last. A run that has done its steps is left as it is "
+        "(nothing to do).",
+        show_default=False,
+        on_resume="free",
+    )
+    allow_precision_change: bool = setting(
+        False,
+        "With --resume: accept a checkpoint saved under another precision (e.g. fp16 -> bf16 "
+        "after a divergence); weights and optimizer carry over, the loss-scaler state is dropped "
+        "and the change is recorded in metrics.jsonl.",
+        on_resume="free",
+    )
+    compile: bool | None = setting(
+        None,
+        "torch.compile the model. [default: on for fp8 on CUDA, else off]",
+        flag="--compile/--no-compile",
+        show_default=False,
+        on_resume="free",
+    )
+    compile_mode: str | None = setting(
+        None,
+        "torch.compile mode (implies --compile); reduce-overhead uses CUDA graphs.",
+        choices=("default", "reduce-overhead", "max-autotune"),
+        show_default=False,
+        on_resume="free",
+    )
+    strategy: str = setting(
+        "auto",
+        "Data parallelism under torchrun: DDP, FSDP2 (fully_shard), HSDP (FSDP2 sharded within a "
+        "node, replicated across nodes) or none.",
+        choices=("auto", "ddp", "fsdp", "hsdp", "none"),
+        on_resume="free",
+    )
+    dist_timeout: float = setting(
+        600.0,
+        "Seconds a collective waits for the other processes before it fails; also how long a "
+        "stopping job waits for its workers' checkpoint.",
+        on_resume="free",
+    )
+    keep_fp32: tuple[str, ...] = setting(
+        (),
+        "Run this module of the GPT in fp32 under autocast (repeatable), e.g. head.",
+        metavar="MODULE",
+        show_default=False,
+    )
+    detect_nonfinite: bool = setting(
+        False,
+        "Stop at the first inf/NaN and name the module that produced it.",
+        on_resume="free",
+    )
+    overwrite: bool = setting(
+        False,
+        "Replace an earlier run in OUT (deletes its metrics.jsonl, summary.json, "
+        "model.safetensors, checkpoints/ and tensorboard/). Without it a fresh run refuses such "
+        "a folder.",
+        on_resume="free",
+    )
+    update_compensation: str | None = setting(
+        None,
+        "bf16-true only: Kahan-compensated or stochastically rounded weight updates, or none "
+        "(warns: small updates are lost). [default: kahan]",
+        choices=("kahan", "stochastic", "none"),
+        show_default=False,
+        mode_option=True,
+    )
+    state_precision: str | None = setting(
+        None,
+        "bf16-true only: keep the optimizer state of the bf16 weights in fp32, in bf16 with "
+        "stochastic rounding, in bf16 with a Kahan residual, or in plain bf16 (warns: AdamW's "
+        "second moment drifts up). Fixed for the run: a resume must keep it. [default: fp32]",
+        choices=("fp32", "bf16-stochastic", "bf16-kahan", "bf16"),
+        show_default=False,
+        mode_option=True,
+    )
+    loggers: tuple[str, ...] = setting(
+        (),
+        "Also send the logged steps to this tracker (repeatable): tensorboard "
+        "(OUT/tensorboard), mlflow (a file store in OUT/mlruns), wandb (offline, in OUT).",
+        flag="--logger",
+        choices=LOGGERS,
+        show_default=False,
+        on_resume="free",
+    )
 
     def validate(self) -> None:
         """Raise one :class:`ConfigurationError` listing every invalid setting.
@@ -109,12 +244,13 @@ class TrainConfig:
             for name, ok, rule in self._checks()
             if not ok
         ]
-        for name in _MODE_OPTIONS:
-            if getattr(self, name) is not None and not _takes(self.precision, name):
-                problems.append(
-                    f"--{name.replace('_', '-')} applies to --precision bf16-true only, got "
-                    f"--precision {self.precision}"
-                )
+        for row in settings():
+            if row.mode_option and getattr(self, row.name) is not None:
+                if not _takes(self.precision, row.name):
+                    problems.append(
+                        f"{row.option} applies to --precision bf16-true only, got "
+                        f"--precision {self.precision}"
+                    )
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
         if self.overwrite and self.resume:
@@ -153,7 +289,7 @@ class TrainConfig:
             (
                 "dist_timeout",
                 is_number(self.dist_timeout) and self.dist_timeout > 0,
-                "a positive number of seconds",
+                "a finite positive number of seconds",
             ),
             ("init_scale", is_number(self.init_scale) and self.init_scale > 0, "a positive number"),
             (
@@ -230,9 +366,13 @@ class TrainConfig:
         return checks
 
     def mode_options(self) -> dict[str, Any]:
-        """The options of the precision mode that were set (constructor keywords of the mode,
-        e.g. ``Bf16True(state_precision=...)``)."""
-        return {name: getattr(self, name) for name in _MODE_OPTIONS if getattr(self, name)}
+        """The options of the precision mode that were set, by the mode constructor's keyword
+        (the rows marked ``mode_option``)."""
+        return {
+            row.name: getattr(self, row.name)
+            for row in settings()
+            if row.mode_option and getattr(self, row.name) is not None
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (recorded in ``summary.json`` and in checkpoints)."""
@@ -244,8 +384,129 @@ class TrainConfig:
         return {f.name: f.default for f in fields(cls)}
 
 
-#: Fields that are options of a precision mode (the mode's constructor keyword of that name).
-_MODE_OPTIONS = ("update_compensation", "state_precision")
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table, as :func:`settings` reads it from a :class:`TrainConfig` field.
+
+    Attributes:
+        name: the field's name (and the ``--config`` key).
+        type: the type of one value: ``int``, ``float``, ``str`` or ``bool``.
+        default: the default.
+        optional: None is allowed (unset).
+        many: a tuple of values (a repeatable option, a TOML array).
+        help, flag, choices, metavar, path, show_default, on_resume, mode_option: as
+            :func:`setting`.
+    """
+
+    name: str
+    type: type
+    default: Any
+    optional: bool
+    many: bool
+    help: str
+    flag: str | None
+    choices: tuple[str, ...] | None
+    metavar: str | None
+    path: str | None
+    show_default: bool | str
+    on_resume: OnResume
+    mode_option: bool
+
+    @property
+    def option(self) -> str | None:
+        """The command-line option (``--batch-size``); None for a file-only setting."""
+        if self.flag is None:
+            return None
+        return (self.flag or "--" + self.name.replace("_", "-")).split("/")[0]
+
+    def file_problem(self, value: Any) -> str | None:
+        """What is wrong with ``value`` read from a ``--config`` file for this setting
+        (:func:`value_problem`); None when it is of the right kind. ``max_grad_norm = 0`` is
+        the command line's "no clipping"."""
+        return value_problem(self.type, value, many=self.many)
+
+
+def value_problem(kind: type, value: Any, *, many: bool = False) -> str | None:
+    """What is wrong with a TOML ``value`` for a setting whose values are of ``kind``
+    (``int``, ``float``, ``str``, ``bool``; ``many``: an array of them), as strictly as the
+    command line parses the option: no float or boolean for an integer, no string for a
+    number, an array only where the option repeats, no date. None when it is of the right
+    kind; ranges and choices are checked later, as for the option."""
+    if many:
+        if isinstance(value, list) and not any(_wrong(kind, item) for item in value):
+            return None
+        bad = next((i for i in value if _wrong(kind, i)), None) if isinstance(value, list) else None
+        got = _describe(value) if bad is None else f"an array holding {_describe(bad)}"
+        return f"expected an array of {_KIND[kind]}s, got {got}"
+    if not _wrong(kind, value):
+        return None
+    return f"expected {_KIND_A[kind]}, got {_describe(value)}"
+
+
+_KIND = {int: "integer", float: "number", str: "string", bool: "boolean"}
+_KIND_A = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def _wrong(kind: type, value: Any) -> bool:
+    """Whether ``value`` is not one value of ``kind``."""
+    if kind is bool:
+        return not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, bool) or not isinstance(value, int)
+    if kind is float:
+        return isinstance(value, bool) or not isinstance(value, (int, float))
+    return not isinstance(value, str)
+
+
+def _describe(value: Any) -> str:
+    """A TOML value as the message names it (``a float (1.5)``, ``a TOML date (2024-01-01)``)."""
+    import datetime
+
+    if isinstance(value, bool):
+        return f"a boolean ({'true' if value else 'false'})"
+    if isinstance(value, (datetime.date, datetime.time)):
+        return f"a TOML date or time ({value.isoformat()})"
+    if isinstance(value, list):
+        return f"an array ({value!r})"
+    kind = {int: "an integer", float: "a float", str: "a string"}.get(type(value), "a table")
+    return f"{kind} ({value!r})"
+
+
+def _row(item: Field[Any], hint: Any) -> Setting:
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in args if a is not type(None))
+    many = typing.get_origin(hint) is tuple
+    base = typing.get_args(hint)[0] if many else hint
+    meta = item.metadata
+    return Setting(
+        name=item.name,
+        type=base,
+        default=item.default,
+        optional=optional,
+        many=many,
+        help=meta["help"],
+        flag=meta["flag"],
+        choices=meta["choices"],
+        metavar=meta["metavar"],
+        path=meta["path"],
+        show_default=meta["show_default"],
+        on_resume=meta["on_resume"],
+        mode_option=meta["mode_option"],
+    )
+
+
+_SETTINGS: tuple[Setting, ...] = ()
+
+
+def settings() -> tuple[Setting, ...]:
+    """The table: one :class:`Setting` per :class:`TrainConfig` field, in field order."""
+    global _SETTINGS
+    if not _SETTINGS:
+        hints = typing.get_type_hints(TrainConfig)
+        _SETTINGS = tuple(_row(item, hints[item.name]) for item in fields(TrainConfig))
+    return _SETTINGS
 
 
 def _takes(precision: str, option: str) -> bool:
@@ -259,3 +520,10 @@ def _takes(precision: str, option: str) -> bool:
     except ConfigurationError:
         return False
     return mode is not None and option in mode_options(mode)
+
+
+TrainConfig.__doc__ = (TrainConfig.__doc__ or "") + (
+    "\n\n    Attributes:\n"
+    + "".join(f"        {row.name}: {row.help}\n" for row in settings())
+    + "    "
+)

@@ -19,7 +19,7 @@ from typing import Any
 
 from ampkit._files import json_safe
 from ampkit.errors import ConfigurationError
-from ampkit.job.config import TrainConfig
+from ampkit.job.config import TrainConfig, settings
 from ampkit.precision.policy import uses_loss_scaling
 
 __all__ = [
@@ -33,34 +33,15 @@ __all__ = [
 ]
 
 #: Settings a resumed run may change: where and how often it writes, how long it runs, how
-#: the same computation is executed.
-FREE = frozenset(
-    {
-        "steps",
-        "out",
-        "log_every",
-        "checkpoint_every",
-        "keep_last",
-        "resume",
-        "overwrite",
-        "allow_precision_change",
-        "compile",
-        "compile_mode",
-        "strategy",
-        "dist_timeout",
-        "device",
-        "detect_nonfinite",
-        "loggers",
-        "precision",  # compared as resolved (fp32, bf16, fp16), not as spelled
-        "data",  # compared by content (data_sha256) when recorded
-    }
-)
-#: Settings a resumed run may change, applied on resume and reported.
-APPLIED = frozenset({"lr"})
+#: the same computation is executed (the table's ``on_resume="free"`` and ``"carried"`` rows).
+FREE = frozenset(row.name for row in settings() if row.on_resume in ("free", "carried"))
+#: Settings a resumed run may change, applied on resume and reported (``on_resume="applied"``).
+APPLIED = frozenset(row.name for row in settings() if row.on_resume == "applied")
 #: Settings a resume takes from the checkpoint's record unless given again (the command
-#: line's flags): how long the run is and how often it logs and checkpoints, so that
-#: ``--resume auto`` alone continues the run as it was started (``--keep-last 2`` included).
-CARRIED = ("steps", "log_every", "checkpoint_every", "keep_last")
+#: line's flags; ``on_resume="carried"``): how long the run is and how often it logs and
+#: checkpoints, so that ``--resume auto`` alone continues the run as it was started
+#: (``--keep-last 2`` included).
+CARRIED = tuple(row.name for row in settings() if row.on_resume == "carried")
 #: Loss-scaler settings: restored from the checkpoint under fp16, unused otherwise.
 _SCALER = frozenset({"init_scale", "growth_interval"})
 #: Settings added after checkpoints first recorded theirs, with the value a record without
