@@ -93,8 +93,9 @@ def _click_type(row: Setting) -> Any:
     expose_value=False,
     callback=lambda ctx, _param, value: _read_config_file(ctx, value),
     help="Read the settings from this TOML file: every option as a key (steps = 300, "
-    'keep-fp32 = ["head"]), plus init_scale, growth_interval, warmup_steps, weight_decay. '
-    "Options on the command line override the file.",
+    'keep-fp32 = ["head"]), plus '
+    + ", ".join(row.name for row in settings() if row.option is None)
+    + ". Options on the command line override the file.",
 )
 @click.option(
     "--print-config",
