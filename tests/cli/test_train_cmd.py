@@ -271,3 +271,17 @@ def test_resume_into_another_precision_needs_the_flag_and_is_recorded(tmp_path):
     # the first step after the change gets a row of its own that records it
     assert [r["step"] for r in rows] == [2, 4, 5, 6]
     assert [r.get("precision_change") for r in rows] == [None, None, "fp16 -> fp32", None]
+
+
+def test_warmup_steps_and_weight_decay_are_flags_that_reach_the_run(tmp_path):
+    """--warmup-steps N: the first logged learning rate is lr * 1/N (the scheduler's linear
+    warm-up after one step); --weight-decay is recorded in the run's settings."""
+    result = invoke(*SMALL, "--steps", "2", "--log-every", "1", "--lr", "0.004",
+                    "--warmup-steps", "4", "--weight-decay", "0.05", "--out", str(tmp_path))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["lr"] == pytest.approx(0.004 * 2 / 4)  # after one step: (done + 1) / warmup
+    recorded = json.loads((tmp_path / "summary.json").read_text())["config"]
+    assert (recorded["warmup_steps"], recorded["weight_decay"]) == (4, 0.05)
+    refused = invoke(*SMALL, "--warmup-steps", "-1")
+    assert refused.exit_code == 2 and "--warmup-steps must be an integer >= 0" in refused.output

@@ -103,9 +103,8 @@ class TrainConfig:
         20,
         "Linear warm-up length in optimizer steps (the scheduler advances only on steps that "
         "really updated the weights).",
-        flag=None,
     )
-    weight_decay: float = setting(0.1, "AdamW decoupled weight decay.", flag=None)
+    weight_decay: float = setting(0.1, "AdamW decoupled weight decay.")
     seed: int = setting(0, "Seed for weights and batches.")
     data: str | None = setting(
         None,
