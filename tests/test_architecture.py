@@ -383,11 +383,7 @@ def test_a_mode_reaches_the_trainer_and_the_summary_through_its_declared_fields_
         assert [r.toy_steps_seen for r in rows] == [1, 2, 3]
         assert json.loads(rows[-1].to_json())["toy_steps_seen"] == 3
         assert result.toy_total == 3 and result.mode_fields == {"toy_total": 3}
-        summary = TrainSummary(
-            precision="toy-counting", reason="", device="cpu", data="", parameters=5, steps=3,
-            skipped_steps=0, final_loss=0.0, final_scale=1.0, tokens_per_s=0.0, wall_s=0.0,
-            peak_memory_bytes=0, peak_memory_kind="", mode_fields=dict(result.mode_fields),
-        )  # fmt: skip
+        summary = TrainSummary(result=result, data="", parameters=5)
         assert "counted  3 steps" in _render_summary(summary)
         assert summary.to_dict()["toy_total"] == 3
         with pytest.raises(ConfigurationError, match=r"\['toy_undeclared'\].*metric_fields"):

@@ -483,6 +483,12 @@ def _without_nproc(args: list[str]) -> list[str]:
     return cleaned
 
 
+def _rate(summary: Any) -> str:
+    if summary.tokens_per_s is None:  # a run that does not know its tokens per sample
+        return f"{summary.samples_per_s:,.0f} samples/s"
+    return f"{summary.tokens_per_s:,.0f} tokens/s"
+
+
 def _render_summary(summary: Any) -> str:
     rows = [
         ("precision", f"{summary.precision} on {summary.device}"),
@@ -491,7 +497,7 @@ def _render_summary(summary: Any) -> str:
         ("parameters", f"{summary.parameters:,}"),
         ("steps", f"{summary.steps} ({summary.skipped_steps} skipped)"),
         ("final loss", f"{summary.final_loss:.4f}"),
-        ("throughput", f"{summary.tokens_per_s:,.0f} tokens/s over {summary.wall_s:.1f} s"),
+        ("throughput", f"{_rate(summary)} over {summary.wall_s:.1f} s"),
         (
             "peak memory",
             f"{summary.peak_memory_bytes / 2**20:,.0f} MiB ({summary.peak_memory_kind})",

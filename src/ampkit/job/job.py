@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, cast
 
@@ -29,9 +29,7 @@ from ampkit.models.corpus import ByteCorpus, CorpusWindows, load_corpus
 from ampkit.models.gpt import GPT, GPTConfig
 from ampkit.precision.modes import (
     PrecisionMode,
-    check_declared,
     declared_fields,
-    declared_value,
     precision_mode,
 )
 from ampkit.precision.policy import resolve_precision
@@ -40,6 +38,7 @@ from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, Tr
 from ampkit.trainer.config import CheckpointConfig, CompileConfig, DistributedConfig, LoggingConfig
 from ampkit.trainer.distributed import Strategy, launched_world_size
 from ampkit.trainer.metrics import StepMetrics
+from ampkit.trainer.result import FitResult
 from ampkit.trainer.trainer import Trainer
 
 __all__ = ["TrainConfig", "TrainSummary", "prepare_run", "train"]
@@ -47,46 +46,44 @@ __all__ = ["TrainConfig", "TrainSummary", "prepare_run", "train"]
 
 @dataclass(frozen=True)
 class TrainSummary:
-    """What a run did, for the end-of-run summary and ``summary.json``.
+    """What a run did, for the end-of-run summary and ``summary.json``: the Trainer's
+    :class:`~ampkit.FitResult` plus what only the job knows.
 
-    ``nothing_to_do`` is set (to the line that says so) when the run was resumed after it had
-    already done all its steps: nothing was trained or written, and the other fields are
-    those of the earlier run's ``summary.json``.
+    Every field of the result (``summary.steps``, ``summary.final_loss``, ...) and every field
+    the precision mode declares (``summary.mode_fields``) reads as an attribute of the
+    summary. ``nothing_to_do`` is set (to the line that says so) when the run was resumed after
+    it had already done all its steps: nothing was trained or written, and the result is that
+    of the earlier run's ``summary.json``.
+
+    Attributes:
+        result: what ``Trainer.fit`` returned.
+        data: where the text came from.
+        parameters: parameters of the GPT.
+        out: the run folder, if any.
+        notes: the job's notes (the run folder's) and the Trainer's.
+        config: the run's settings (:meth:`TrainConfig.to_dict`).
+        nothing_to_do: the line of a finished run resumed again, else None.
     """
 
-    precision: str
-    reason: str
-    device: str
+    result: FitResult
     data: str
     parameters: int
-    steps: int
-    skipped_steps: int
-    final_loss: float
-    final_scale: float
-    tokens_per_s: float
-    wall_s: float
-    peak_memory_bytes: int
-    peak_memory_kind: str
     out: str | None = None
-    world_size: int = 1
-    resumed_from: str | None = None
     notes: list[str] = field(default_factory=list)
-    scale_history: list[tuple[int, float]] = field(default_factory=list)
     config: dict[str, object] = field(default_factory=dict)
     nothing_to_do: str | None = None
-    mode_fields: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        check_declared(self, self.mode_fields, "result")
 
     def __getattr__(self, name: str) -> Any:
-        return declared_value(self, self.__dict__.get("mode_fields", {}), name, "result")
+        if name.startswith("__") or "result" not in self.__dict__:
+            raise AttributeError(f"'TrainSummary' object has no attribute {name!r}")
+        return getattr(self.__dict__["result"], name)
 
     def to_dict(self) -> dict[str, object]:
-        """Plain JSON-ready values; the precision mode's fields (``FitResult.mode_fields``)
-        as keys of their own, as ``summary.json`` has them."""
-        values = asdict(self)
+        """Plain JSON-ready values, as ``summary.json`` has them: the result's fields, the
+        precision mode's as keys of their own, then the job's."""
+        values = asdict(self.result)
         values.update(values.pop("mode_fields"))
+        values.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "result")
         return values
 
 
@@ -275,32 +272,45 @@ def train(
 
 def _earlier_summary(config: TrainConfig, line: str) -> TrainSummary:
     """The finished run's ``summary.json`` as a :class:`TrainSummary`, marked as nothing to do
-    (its fields are zero where the file cannot be read)."""
-    known = {f.name for f in fields(TrainSummary)}
+    (its fields are empty where the file cannot be read)."""
     try:
         recorded = json.loads((Path(str(config.out)) / "summary.json").read_text())
-        values = {k: v for k, v in recorded.items() if k in known}
-        declared = declared_fields("result")
-        mode = {k: v for k, v in recorded.items() if k in declared}
-        return TrainSummary(**{**values, "mode_fields": mode, "nothing_to_do": line})
-    except (OSError, ValueError, TypeError, AttributeError):
+        if not isinstance(recorded, dict):
+            raise ValueError(recorded)
+    except (OSError, ValueError):
+        recorded = {}
+    declared = declared_fields("result")
+    try:
+        result = FitResult(
+            **{
+                **{f.name: _empty(f.type) for f in fields(FitResult) if _required(f)},
+                **{f.name: recorded[f.name] for f in fields(FitResult) if f.name in recorded},
+                "eval_history": [],
+                "mode_fields": {k: v for k, v in recorded.items() if k in declared},
+            }
+        )
+        own = {k: recorded[k] for k in ("data", "parameters", "notes", "config") if k in recorded}
         return TrainSummary(
-            precision="",
-            reason="",
-            device="",
-            data="",
-            parameters=0,
-            steps=0,
-            skipped_steps=0,
-            final_loss=math.nan,
-            final_scale=1.0,
-            tokens_per_s=0.0,
-            wall_s=0.0,
-            peak_memory_bytes=0,
-            peak_memory_kind="",
+            result=result,
+            **{"data": "", "parameters": 0, **own},
             out=config.out,
             nothing_to_do=line,
         )
+    except (TypeError, ValueError):
+        empty = FitResult(**{f.name: _empty(f.type) for f in fields(FitResult) if _required(f)})
+        return TrainSummary(result=empty, data="", parameters=0, out=config.out, nothing_to_do=line)
+
+
+def _required(item: Any) -> bool:
+    return item.default is MISSING and item.default_factory is MISSING
+
+
+def _empty(annotation: Any) -> Any:
+    """The empty value of a field of ``annotation`` (a string under postponed annotations)."""
+    text = str(annotation)
+    if "None" in text:
+        return None
+    return {"int": 0, "float": math.nan}.get(text, "")
 
 
 def _train(
@@ -391,26 +401,12 @@ def _train(
     with trainer:  # releases the process group it joined
         result = trainer.fit(CorpusWindows(corpus, config.seq_len))
     summary = TrainSummary(
-        precision=result.precision,
-        reason=result.reason,
-        device=result.device,
-        world_size=result.world_size,
+        result=result,
         data=corpus.source,
         parameters=sum(p.numel() for p in model.parameters()),
-        steps=result.steps,
-        skipped_steps=result.skipped_steps,
-        final_loss=result.final_loss,
-        final_scale=result.final_scale,
-        tokens_per_s=result.tokens_per_s or 0.0,
-        wall_s=result.wall_s,
-        peak_memory_bytes=result.peak_memory_bytes,
-        peak_memory_kind=result.peak_memory_kind,
         out=str(out) if out else None,
-        resumed_from=result.resumed_from,
         notes=[*plan.notes, *result.notes],
-        scale_history=result.scale_history,
         config=config.to_dict(),
-        mode_fields=dict(result.mode_fields),
     )
     if out and trainer.is_main:
         try:
