@@ -202,7 +202,7 @@ def test_bf16_true_logs_lost_updates(tmp_path):
     """bf16 weights: with lr 1e-7 plain rounding loses (nearly) every update; Kahan keeps them."""
     lost = {}
     for compensation in ("none", "kahan"):
-        precision = AmpkitPrecision("bf16-true", update_compensation=compensation)
+        precision = AmpkitPrecision(ampkit.Bf16True(update_compensation=compensation))
         module = Module(lr=1e-7)
         _, rows, _ = fit(tmp_path / compensation, module, precision, max_steps=2)
         assert module.net[0].weight.dtype == torch.bfloat16

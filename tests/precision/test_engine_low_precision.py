@@ -25,7 +25,7 @@ def test_hand_written_bf16_true_loop_decreases_the_loss():
     )
     x = torch.randn(64, 16)
     y = x.sum(dim=1, keepdim=True) / 4
-    with MixedPrecision("bf16-true", "cpu", update_compensation="stochastic") as mp:
+    with MixedPrecision(ampkit.Bf16True(update_compensation="stochastic"), "cpu") as mp:
         model = mp.prepare_model(model)
         opt = mp.prepare_optimizer(torch.optim.AdamW(model.parameters(), lr=3e-3))
         assert isinstance(opt, CompensatedOptimizer) and opt.compensation == "stochastic"

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import ampkit
-from ampkit import ConfigurationError, MixedPrecision, Trainer, fp8_plan, resolve_precision
+from ampkit import ConfigurationError, Fp8, MixedPrecision, Trainer, fp8_plan, resolve_precision
 from ampkit.precision.fp8 import convert_to_fp8, fp8_layer_names
 
 pytest.importorskip("torchao.float8")
@@ -42,7 +42,7 @@ def test_exactly_the_planned_layers_are_converted_and_keep_their_parameters():
     model = MLP()
     plan = _plan_all_but(model, "fc2")
     weight, keys = model.fc1.weight, set(model.state_dict())
-    mp = MixedPrecision(resolve_precision("fp8", "cpu", emulate=True), fp8_plan=plan)
+    mp = MixedPrecision(Fp8(plan=plan, emulate=True), "cpu")
     mp.prepare_model(model)
     assert fp8_layer_names(model) == ["fc1", "out"]
     assert type(model.fc2) is nn.Linear
@@ -59,8 +59,16 @@ def test_plan_options_are_checked_against_the_precision():
     plan = _plan_all_but(model, "fc2", recipe="rowwise")
     emulated = resolve_precision("fp8", "cpu", emulate=True)
     with pytest.raises(ConfigurationError, match="made for the rowwise recipe"):
-        MixedPrecision(emulated, fp8_plan=plan)
-    with pytest.raises(ConfigurationError, match="fp8_plan: given, but the precision is bf16"):
+        Fp8(plan=plan, emulate=True)
+    with (
+        pytest.warns(DeprecationWarning, match=r"ampkit\.Fp8\(plan=\.\.\.\)"),
+        pytest.raises(ConfigurationError, match="made for the rowwise recipe"),
+    ):
+        MixedPrecision(emulated, fp8_plan=plan)  # the old keyword, for one release
+    with (
+        pytest.warns(DeprecationWarning),
+        pytest.raises(ConfigurationError, match="plan: given, but the precision is bf16"),
+    ):
         MixedPrecision("bf16", "cpu", fp8_plan=plan)
 
 
