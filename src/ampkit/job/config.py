@@ -243,13 +243,13 @@ class TrainConfig:
             for name, ok, rule in self._checks()
             if not ok
         ]
-        for row in settings():
-            if row.mode_option and getattr(self, row.name) is not None:
-                if not _takes(self.precision, row.name):
-                    problems.append(
-                        f"{row.option} applies to --precision bf16-true only, got "
-                        f"--precision {self.precision}"
-                    )
+        given = [r for r in settings() if r.mode_option and getattr(self, r.name) is not None]
+        takes = _mode_options_of(self.precision) if given else ()
+        problems += [
+            f"{row.option} applies to --precision bf16-true only, got --precision {self.precision}"
+            for row in given
+            if row.name not in takes
+        ]
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
         if self.overwrite and self.resume:
@@ -508,17 +508,17 @@ def settings() -> tuple[Setting, ...]:
     return _SETTINGS
 
 
-def _takes(precision: str, option: str) -> bool:
-    """Whether the precision mode of ``precision`` (a spelling) takes ``option`` (False for
-    ``auto`` and unknown spellings, which the precision's own check reports)."""
+def _mode_options_of(precision: str) -> tuple[str, ...]:
+    """The options the precision mode of ``precision`` (a spelling) takes (none for ``auto``
+    and unknown spellings, which the precision's own check reports)."""
     from ampkit.precision.modes import MODES, mode_options
     from ampkit.precision.policy import parse_precision
 
     try:
         mode = MODES.get(parse_precision(precision).precision)
     except ConfigurationError:
-        return False
-    return mode is not None and option in mode_options(mode)
+        return ()
+    return () if mode is None else mode_options(mode)
 
 
 TrainConfig.__doc__ = (TrainConfig.__doc__ or "") + (
