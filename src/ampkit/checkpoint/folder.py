@@ -196,6 +196,7 @@ def commit_checkpoint(
     *,
     layout: str = "full",
     digests: Mapping[str, FileDigest] | None = None,
+    keep_last: int | None = None,
 ) -> Path:
     """Finish a checkpoint whose weights are already in ``tmp`` (rank 0, after every writer
     is done): write ``state.pt`` (hashed as it is written), hash every other file, write the
@@ -206,6 +207,8 @@ def commit_checkpoint(
         digests: digest and size of files in ``tmp`` computed while writing them
             (``{"model.safetensors": ...}``); those files are not read again (their size on
             disk is checked). Every other file is read and hashed.
+        keep_last: once committed, keep only the newest ``keep_last`` checkpoints
+            (:func:`prune_checkpoints`); None: keep all.
 
     Raises:
         StorageError: the disk is full.
@@ -242,6 +245,8 @@ def commit_checkpoint(
     except BaseException as exc:
         _fail(tmp, exc)
     fsync_dir(final.parent)
+    if keep_last is not None:
+        prune_checkpoints(final.parent, keep_last)
     return final
 
 
@@ -280,6 +285,8 @@ def write_checkpoint(
     weights: dict[str, torch.Tensor],
     state: dict[str, Any],
     metadata: dict[str, Any] | None = None,
+    *,
+    keep_last: int | None = None,
 ) -> Path:
     """Write the full-layout checkpoint of ``step`` atomically under ``folder``; return its path.
 
@@ -295,6 +302,7 @@ def write_checkpoint(
             into the manifest and are tied again on load).
         state: everything else (tensors, numbers, strings, lists, dicts only).
         metadata: extra JSON-ready facts for the manifest (precision, world size, ...).
+        keep_last: as :func:`commit_checkpoint`.
 
     Raises:
         NonFiniteWeightsError: a weight holds inf/NaN; nothing is written.
@@ -319,7 +327,9 @@ def write_checkpoint(
         _fail(tmp, exc)
     extra = {**(metadata or {}), **({"aliases": aliases} if aliases else {})}
     digests = {_WEIGHTS: weights_digest, _STATE: state_digest}
-    return commit_checkpoint(tmp, step, None, extra, layout="full", digests=digests)
+    return commit_checkpoint(
+        tmp, step, None, extra, layout="full", digests=digests, keep_last=keep_last
+    )
 
 
 # -- finding and verifying -----------------------------------------------------------------------

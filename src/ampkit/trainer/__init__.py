@@ -3,7 +3,7 @@ DDP/FSDP2 under torchrun, callbacks and metrics.
 
 Modules: :mod:`~ampkit.trainer.trainer` (the loop), :mod:`~ampkit.trainer.config` (its
 grouped, validated settings), :mod:`~ampkit.trainer.state` (loop
-counters), :mod:`~ampkit.trainer.callbacks`, :mod:`~ampkit.trainer.checkpoint` (what a
+counters), :mod:`~ampkit.trainer.callbacks`, :mod:`~ampkit.trainer.checkpointing.contents` (what a
 checkpoint holds) over :mod:`~ampkit.checkpoint.folder` (the atomic, verified folder
 format), :mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (the loader; the batch convention is
 :mod:`ampkit.precision.batches`), :mod:`~ampkit.trainer.metrics`, :mod:`~ampkit.trainer.evaluation` (eval metrics).

@@ -26,6 +26,7 @@ from typing import Any
 
 from torch import nn
 
+from ampkit._kwargs import check_keywords
 from ampkit._validate import check_int, is_number
 from ampkit.errors import CheckpointError, ConfigurationError
 from ampkit.trainer.distributed import SHARDED_STRATEGIES, STRATEGIES, Strategy
@@ -65,6 +66,7 @@ def _check_bool(owner: str, name: str, value: object, *, optional: bool = False)
         raise ConfigurationError(f"{owner}: {name}={value!r} is invalid. It must be {allowed}.")
 
 
+@check_keywords
 @dataclass(frozen=True)
 class CheckpointConfig:
     """Where and when the Trainer writes checkpoints, and what it resumes from.
@@ -156,6 +158,7 @@ class CheckpointConfig:
         return Path(self.dir)
 
 
+@check_keywords
 @dataclass(frozen=True)
 class LoggingConfig:
     """What the Trainer logs, and where.
@@ -190,6 +193,7 @@ class LoggingConfig:
             )
 
 
+@check_keywords
 @dataclass(frozen=True)
 class EvalConfig:
     """Evaluation during training.
@@ -226,6 +230,7 @@ class EvalConfig:
         check_metrics("EvalConfig", self.metrics)
 
 
+@check_keywords
 @dataclass(frozen=True)
 class DistributedConfig:
     """How the Trainer runs under ``torchrun``, and what it does for models too big for plain
@@ -293,6 +298,7 @@ class DistributedConfig:
         object.__setattr__(self, "activation_checkpointing", targets)
 
 
+@check_keywords
 @dataclass(frozen=True)
 class CompileConfig:
     """``torch.compile`` of the model.
