@@ -224,7 +224,14 @@ class Trainer:
     before is used and never destroyed. A group the Trainer joined and nobody closed is
     destroyed at interpreter exit (so torch does not warn of a leaked group).
 
+    The Trainer holds its configs and the components built from them (``checkpointer``, a
+    :class:`~ampkit.trainer.checkpointing.Checkpointer` of ``checkpoint``), never copies of
+    their fields; its own keywords are kept in ``args`` (:class:`~ampkit.trainer.args.TrainerArgs`).
+
     Raises:
+        KeywordError: a keyword it does not take (the nearest valid name is suggested), or one
+            of an earlier signature (the message names its new form, e.g.
+            ``checkpoint=CheckpointConfig(dir=..., every=...)``); a ``TypeError``.
         ConfigurationError: an invalid setting (both or neither of ``max_steps`` and
             ``epochs``, ...), a precision the hardware cannot run, an optimizer needing
             closures under fp16, an optimizer instance with FSDP.

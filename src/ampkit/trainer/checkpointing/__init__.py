@@ -12,3 +12,8 @@
 * :mod:`~ampkit.trainer.checkpointing.reshard`: the data position and RNG on another number of
   processes; :mod:`~ampkit.trainer.checkpointing.rng`: the generators of a process.
 """
+
+from ampkit.trainer.checkpointing.checkpointer import Checkpointer as Checkpointer
+from ampkit.trainer.checkpointing.contents import TrainingParts as TrainingParts
+
+__all__ = ["Checkpointer", "TrainingParts"]
