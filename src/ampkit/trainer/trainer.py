@@ -102,6 +102,16 @@ def _configs(
     if compile is None or isinstance(compile, bool):
         compile = CompileConfig(enabled=compile)
     check_config("compile", compile, CompileConfig, optional=False)
+    best = checkpoint.keep_best if isinstance(checkpoint, CheckpointConfig) else None
+    if best is not None:
+        known = ["eval_loss", *(f"eval_{name}" for name in getattr(eval, "metrics", {}))]
+        if best not in known:
+            raise ConfigurationError(
+                f"Trainer: CheckpointConfig(keep_best={best!r}) names no value this run "
+                f"evaluates ({', '.join(known) if eval is not None else 'no EvalConfig'}). "
+                "Pass eval=EvalConfig(every=..., data=...) and keep_best='eval_loss' or "
+                "'eval_<metric>'."
+            )
     return cast(CompileConfig, compile)
 
 
@@ -664,9 +674,10 @@ class Trainer:
                 continue
             self.state.step += 1
             done = self.state.step >= self.max_steps
-            if self._after_step(result, meter, done, precision_change):
+            logged, stopped = self._after_step(result, meter, done, precision_change)
+            if logged:
                 precision_change = None  # noted in the first row after the resume only
-            if done:
+            if done or stopped:
                 break
             if vote is not None and signals is not None:
                 stop = vote.cast(signals.received)
@@ -676,6 +687,8 @@ class Trainer:
             vote.drain()  # the last vote in flight: the run is finishing anyway
         agree_on_end(self.dist, self.state.step)
         self._committed(self.checkpointer.finish())  # an asynchronous write still in flight
+        if (best := self.checkpointer.best_note()) is not None:
+            self.notes.append(best)
         return self._result(meter)
 
     def _stop(self, signum: int) -> None:
@@ -703,10 +716,12 @@ class Trainer:
 
     def _after_step(
         self, result: StepResult, meter: Throughput, done: bool, precision_change: str | None
-    ) -> bool:
+    ) -> tuple[bool, bool]:
         """Callbacks, the logged row and the checkpoint of one finished optimizer step;
-        returns whether a metrics row was logged."""
+        returns whether a metrics row was logged and whether ``EvalConfig.patience`` ran out
+        (this step is then the last)."""
         step, eval_config = self.state.step, self.eval_config
+        scores: dict[str, float] | None = None
         for callback in self.callbacks:
             callback.on_step_end(self, result)
         evaluate = eval_config is not None and (step % eval_config.every == 0 or done)
@@ -727,6 +742,8 @@ class Trainer:
                     eval_metrics=dict(evaluation.metrics) if self._eval_metrics else None,
                 )
                 meter.restart_interval()
+                scores = {"eval_loss": evaluation.loss}
+                scores.update({f"eval_{k}": v for k, v in evaluation.metrics.items()})
             if precision_change:
                 metrics = replace(metrics, precision_change=precision_change)
             names = {id(p): n for n, p in self.model.named_parameters()}
@@ -742,8 +759,26 @@ class Trainer:
             if self._watch_loss and not logged and not meter.interval_loss_finite():
                 raise self._nonfinite_loss(math.nan)
 
-        self._committed(self.checkpointer.maybe_save(step, last=done, before=finite))
-        return logged or bool(precision_change)
+        stop = scores is not None and not done and self._patience_ran_out()
+        saved = self.checkpointer.maybe_save(step, last=done or stop, before=finite, scores=scores)
+        self._committed(saved)
+        return logged or bool(precision_change), stop
+
+    def _patience_ran_out(self) -> bool:
+        """Whether the last ``EvalConfig.patience`` evaluations brought no eval loss below the
+        lowest one before them (early stopping); notes it when they did not."""
+        patience = self.eval_config.patience if self.eval_config is not None else None
+        losses = [evaluation.loss for evaluation in self.eval_history]
+        if patience is None or len(losses) <= patience:
+            return False
+        lowest = min(losses[:-patience])
+        if min(losses[-patience:]) < lowest:
+            return False
+        self.notes.append(
+            f"stopped early at step {self.state.step}: {patience} evaluation(s) in a row "
+            f"brought no eval loss below {lowest:.6g} (EvalConfig.patience={patience})"
+        )
+        return True
 
     @property
     def _watch_loss(self) -> bool:

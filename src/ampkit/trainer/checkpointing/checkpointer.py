@@ -28,7 +28,8 @@ deleting each other's checkpoints.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +75,8 @@ class Checkpointer:
         resharded: that checkpoint came from another number of processes.
         in_loop: the training loop is running (an asynchronous write is then committed at the
             next save or at :meth:`finish`, not at once).
+        best: ``(value, checkpoint)`` of the best ``CheckpointConfig.keep_best`` value so far
+            in this ``fit`` (kept from pruning), or None.
     """
 
     def __init__(self, config: CheckpointConfig | None) -> None:
@@ -82,6 +85,7 @@ class Checkpointer:
         self.resumed_from: Path | None = None
         self.resharded = False
         self.in_loop = False
+        self.best: tuple[float, Path] | None = None
         self._parts: TrainingParts | None = None
         self._writer: CheckpointWriter | None = None
         self._lock: FolderLock | None = None  # rank 0's
@@ -103,7 +107,7 @@ class Checkpointer:
             RunInUseError: another process holds the folder (raised on every rank).
             StorageError: the folder cannot be created or its lock file written.
         """
-        self._parts = parts
+        self._parts, self.best = parts, None
         config = self.config
         if config is None:
             return
@@ -206,20 +210,50 @@ class Checkpointer:
         return last or (config.every is not None and step % config.every == 0)
 
     def maybe_save(
-        self, step: int, *, last: bool = False, before: Callable[[], None] | None = None
+        self,
+        step: int,
+        *,
+        last: bool = False,
+        before: Callable[[], None] | None = None,
+        scores: Mapping[str, float] | None = None,
     ) -> list[Path]:
         """:meth:`save` when step ``step`` is :meth:`due`, after ``before()`` (the Trainer's
-        finite-loss check); returns the checkpoints committed (rank 0)."""
+        finite-loss check); returns the checkpoints committed (rank 0). ``scores``: the
+        values evaluated at this step (``{"eval_loss": ...}``), for ``keep_best``."""
         if not self.due(step, last=last):
             return []
         if before is not None:
             before()
-        return self.save()
+        return self.save(scores)
 
-    def save(self) -> list[Path]:
+    def _score(self, scores: Mapping[str, float] | None) -> None:
+        """Make the current step the best one if its ``keep_best`` value is better."""
+        config, writer, parts = self.config, self._writer, self._parts
+        if config is None or config.keep_best is None or writer is None or parts is None:
+            return
+        value = (scores or {}).get(config.keep_best)
+        if value is None or not math.isfinite(value):
+            return  # not evaluated at this step (or not finite): it does not compete
+        best = self.best
+        better = best is None or (value < best[0] if config.best_mode == "min" else value > best[0])
+        if better:
+            path = self.path_of(parts.counters.step)
+            if path is not None:
+                self.best = (value, path)
+                writer.keep = {path}
+
+    def best_note(self) -> str | None:
+        """The note on the best checkpoint for ``FitResult.notes`` (None without one)."""
+        config, best = self.config, self.best
+        if config is None or best is None:
+            return None
+        return f"best {config.keep_best} {best[0]:.6g} ({config.best_mode}): {best[1]} (kept)"
+
+    def save(self, scores: Mapping[str, float] | None = None) -> list[Path]:
         """Write a checkpoint of the current step (collective). Skips a step that already has
         one. Returns the checkpoints committed by this call on rank 0 (with ``async_save``
         inside the loop: the previous one, whose background write is then complete).
+        ``scores``: as :meth:`maybe_save`.
 
         Raises:
             ConfigurationError: no ``CheckpointConfig``, or ``fit`` has not set up the parts.
@@ -232,6 +266,7 @@ class Checkpointer:
         parts, writer = self._need_parts(), self._writer
         if writer is None or writer.last_step == parts.counters.step:
             return []
+        self._score(scores)
         took = not self._locked and self._acquire()  # held by fit; taken for a save after it
         try:
             committed = writer.save(parts)

@@ -105,6 +105,7 @@ class CheckpointWriter:
             )
         self.root, self.layout = root, layout
         self.async_save, self.keep_last = async_save, keep_last
+        self.keep: set[Path] = set()  # checkpoints pruning leaves alone (the best one)
         self.last_step: int | None = None
         self._pending: _Pending | None = None
         self._group: Any = None
@@ -120,7 +121,13 @@ class CheckpointWriter:
             if parts.dist.is_main:
                 try:
                     path = folder.write_checkpoint(
-                        self.root, step, weights, state, metadata, keep_last=self.keep_last
+                        self.root,
+                        step,
+                        weights,
+                        state,
+                        metadata,
+                        keep_last=self.keep_last,
+                        keep=self.keep,
                     )
                 except BaseException as exc:  # every rank must learn that rank 0 failed
                     error = exc
@@ -211,6 +218,7 @@ class CheckpointWriter:
                     layout="sharded",
                     digests=digests,
                     keep_last=self.keep_last,
+                    keep=self.keep,
                 )
             except BaseException as exc:
                 error = exc
@@ -237,6 +245,7 @@ class CheckpointWriter:
                 pending.metadata,
                 layout="sharded",
                 keep_last=self.keep_last,
+                keep=self.keep,
             )
         except BaseException as exc:  # the training error that brought us here wins
             if pending.tmp is not None:
