@@ -21,7 +21,7 @@ from pathlib import Path
 from ampkit._process import pid_alive
 from ampkit.errors import RunInUseError, StorageError
 
-__all__ = ["LOCK_NAME", "FolderLock", "lock_holder"]
+__all__ = ["LOCK_NAME", "FolderLock", "held_by", "lock_holder"]
 
 #: The lock file's name inside the locked folder.
 LOCK_NAME = ".ampkit.lock"
@@ -47,6 +47,30 @@ def lock_holder(folder: str | Path, wait_s: float = 0.5) -> int | None:
         if time.monotonic() >= deadline:
             return pid
         time.sleep(0.02)
+
+
+def held_by(folder: str | Path, pids: set[int]) -> bool:
+    """Whether ``folder``'s lock is held now, by one of ``pids`` (the PID its file names).
+
+    Tried with a non-blocking lock of its own: a lock that can be taken is held by nobody (and
+    is let go at once); one that cannot is held, by the process the file names.
+    """
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    path = Path(folder) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return lock_holder(folder, wait_s=0) in pids
+    finally:
+        os.close(fd)  # closing releases a lock this call took
+    return False
 
 
 def _same_file(fd: int, path: Path) -> bool:

@@ -162,3 +162,36 @@ def test_trainer_settings_are_read_from_the_objects_that_hold_them(tmp_path):
     assert result.checkpoints == trainer.checkpointer.saved == committed
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == ["step-00000003"]  # keep_last=1
     assert ampkit.Trainer is Trainer
+
+
+def test_a_folder_inside_a_run_folder_this_process_holds_is_not_locked_again(tmp_path):
+    from ampkit._lock import LOCK_NAME, FolderLock
+
+    seen: list[bool] = []
+
+    class Look(ampkit.Callback):
+        def on_checkpoint(self, trainer, path):
+            seen.append((path.parent / LOCK_NAME).exists())
+
+    with FolderLock(tmp_path, flag="--out"):  # as ampkit train holds its --out
+        make(tmp_path / "checkpoints", callbacks=[Look()]).fit(batches())
+    assert seen == [False, False]
+    seen.clear()
+    make(tmp_path / "alone", callbacks=[Look()]).fit(batches())  # nobody holds tmp_path now
+    assert seen == [True, True]
+
+
+def test_the_run_config_is_recorded_in_every_manifest(tmp_path):
+    import json
+
+    model = nn.Linear(4, 1)
+    Trainer(
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1),
+        max_steps=1,
+        loss_fn=nn.functional.mse_loss,
+        device="cpu",
+        checkpoint=CheckpointConfig(tmp_path / "ckpt", run_config={"lr": 0.1}),
+    ).fit(batches())
+    manifest = json.loads((tmp_path / "ckpt" / "step-00000001" / "manifest.json").read_text())
+    assert manifest["config"] == {"lr": 0.1}

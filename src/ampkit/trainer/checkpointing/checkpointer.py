@@ -22,20 +22,24 @@ The run lock: while ``fit`` runs (and around a :meth:`save` after it), rank 0 ho
 :class:`~ampkit._lock.FolderLock` on ``CheckpointConfig.dir``, the lock ``ampkit train`` takes
 on its ``--out``: a second process on the same folder is refused before it reads or prunes
 anything (:class:`~ampkit.RunInUseError`, on every rank of its job), instead of the two
-deleting each other's checkpoints.
+deleting each other's checkpoints. A folder inside a run folder that this process (or the
+``ampkit train --nproc`` launcher that started it) holds already, ``ampkit train``'s
+``--out/checkpoints``, is covered by that lock and not locked again.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.distributed as dist
 
-from ampkit._lock import FolderLock
+from ampkit._lock import FolderLock, held_by
+from ampkit._process import launched_by_ampkit
 from ampkit.errors import AmpkitError, ConfigurationError, StorageError
 from ampkit.trainer.checkpointing.contents import TrainingParts, restore
 from ampkit.trainer.checkpointing.resume import (
@@ -50,6 +54,17 @@ from ampkit.trainer.distributed import broadcast_from_main
 __all__ = ["Checkpointer", "Resumed"]
 
 log = logging.getLogger("ampkit")
+
+
+def _inside_held_run(folder: Path) -> bool:
+    """Whether ``folder`` lies in a run folder that this process or the ``ampkit train
+    --nproc`` launcher that started it holds (``ampkit train``'s ``--out/checkpoints``): that
+    lock covers it already."""
+    ours = {os.getpid()}
+    launcher = launched_by_ampkit()
+    if launcher is not None:
+        ours.add(launcher)
+    return held_by(folder.parent, ours)
 
 
 @dataclass(frozen=True)
@@ -111,6 +126,8 @@ class Checkpointer:
         config = self.config
         if config is None:
             return
+        if config.run_config is not None:  # recorded as ``config`` in every manifest
+            parts.run_config = dict(config.run_config)
         layout = config.layout
         if layout == "auto":
             layout = "sharded" if parts.sharded or config.async_save else "full"
@@ -133,7 +150,7 @@ class Checkpointer:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 error = StorageError.from_os_error(exc, str(folder), "CheckpointConfig.dir")
-            if error is None:
+            if error is None and not _inside_held_run(folder):
                 lock = FolderLock(folder, flag="CheckpointConfig.dir", remove=True)
                 try:
                     self._lock = lock.acquire()
