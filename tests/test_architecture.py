@@ -94,11 +94,12 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 #: layer (the modules of the bottom layer may import each other). Keys are the first name under ``ampkit`` (``ampkit.trainer.data`` -> ``trainer``);
 #: ``""`` is ``ampkit/__init__.py``.
 LAYERS: tuple[frozenset[str], ...] = (
-    # shared plumbing: exceptions, durable files, locks, trees of tensors, tables
+    # shared plumbing: exceptions, keyword checks, durable files, locks, trees of tensors, tables
     frozenset(
         {
             "errors",
             "_files",
+            "_kwargs",
             "_lock",
             "_logging",
             "_process",

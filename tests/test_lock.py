@@ -50,3 +50,21 @@ def test_a_lock_held_by_the_launcher_counts_as_held(tmp_path):
     with FolderLock(tmp_path):
         shared = FolderLock(tmp_path, shared_with=os.getpid()).acquire()
         assert not shared.held  # the launcher (here: this process) holds it on its behalf
+
+
+def test_a_removing_lock_deletes_its_file_and_a_late_opener_locks_the_new_one(tmp_path):
+    first = FolderLock(tmp_path, remove=True).acquire()
+    stale = os.open(tmp_path / LOCK_NAME, os.O_RDWR)  # opened before the holder lets go
+    first.release()
+    assert not (tmp_path / LOCK_NAME).exists()
+    try:
+        import fcntl
+
+        fcntl.flock(stale, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the deleted file: free, but no lock
+        with FolderLock(tmp_path, remove=True) as second:  # the path's new file: the real lock
+            assert second.held and (tmp_path / LOCK_NAME).exists()
+            with pytest.raises(RunInUseError):
+                FolderLock(tmp_path).acquire()
+    finally:
+        os.close(stale)
+    assert not (tmp_path / LOCK_NAME).exists()

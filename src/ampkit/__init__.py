@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ampkit.errors import ConfigurationError as ConfigurationError
     from ampkit.errors import DataError as DataError
     from ampkit.errors import ExportError as ExportError
+    from ampkit.errors import KeywordError as KeywordError
     from ampkit.errors import NonFiniteError as NonFiniteError
     from ampkit.errors import NonFiniteTrainingError as NonFiniteTrainingError
     from ampkit.errors import NonFiniteWeightsError as NonFiniteWeightsError
@@ -102,6 +103,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigurationError": "ampkit.errors",
     "DataError": "ampkit.errors",
     "ExportError": "ampkit.errors",
+    "KeywordError": "ampkit.errors",
     "NonFiniteError": "ampkit.errors",
     "NonFiniteTrainingError": "ampkit.errors",
     "NonFiniteWeightsError": "ampkit.errors",
@@ -187,6 +189,7 @@ __all__ = [
     "Fp32Islands",
     "Fp8",
     "Fp8Plan",
+    "KeywordError",
     "LoggingConfig",
     "LossScaler",
     "Mixed",

@@ -14,6 +14,7 @@ __all__ = [
     "ConfigurationError",
     "DataError",
     "ExportError",
+    "KeywordError",
     "MissingDependencyError",
     "NonFiniteError",
     "NonFiniteTrainingError",
@@ -52,6 +53,24 @@ class ConfigurationError(AmpkitError, ValueError):
     """An argument or option has a value ampkit cannot use (a user mistake)."""
 
     exit_code = 2
+
+
+class KeywordError(AmpkitError, TypeError):
+    """A keyword the class or function does not take: unknown (the message suggests the
+    nearest valid name) or moved into a config or a mode object (the message shows the new
+    form). A :class:`TypeError`, as Python's own ``unexpected keyword argument`` is, so
+    ``except TypeError`` still catches it.
+
+    Attributes:
+        keyword: the keyword as the caller spelled it.
+        suggestion: the valid name or the new form the message proposes, or None.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, keyword: str = "", suggestion: str | None = None):
+        super().__init__(message)
+        self.keyword, self.suggestion = keyword, suggestion
 
 
 class UnsupportedPrecisionError(ConfigurationError):

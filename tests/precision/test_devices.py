@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from ampkit import ConfigurationError
-from ampkit.checkpoint.rng import get_rng_state, set_rng_state
 from ampkit.precision import devices
 from ampkit.precision._kernels import unscale_and_check_, unscale_plain_
 from ampkit.precision.policy import resolve_device
+from ampkit.trainer.checkpointing.rng import get_rng_state, set_rng_state
 
 CPU = torch.device("cpu")
 

@@ -16,7 +16,7 @@ from faults import TINY, cli, error_line, metric_steps
 from ampkit._lock import LOCK_NAME
 from ampkit.checkpoint import sharded
 from ampkit.checkpoint.folder import begin_checkpoint, commit_checkpoint, find_checkpoints
-from ampkit.trainer.checkpoint import find_resume_checkpoint
+from ampkit.trainer.checkpointing.resume import find_resume_checkpoint
 
 
 def _without(args: list[str], *flags: str) -> list[str]:

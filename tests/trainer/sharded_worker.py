@@ -56,7 +56,6 @@ def make_trainer(
     out: Path,
     name: str,
     batch_size: int,
-    cls: type = ampkit.Trainer,
     *,
     net: dict | None = None,
     max_steps: int = STEPS,
@@ -65,10 +64,11 @@ def make_trainer(
     async_save: bool = False,
     layout: str = "auto",
     callbacks: list | tuple = (),
+    final_weights: bool = True,
 ) -> ampkit.Trainer:
     torch.manual_seed(0)
     model = Net(**(net or {}))
-    return cls(
+    return ampkit.Trainer(
         model,
         lambda params: torch.optim.AdamW(params, lr=1e-2),
         loss_fn=torch.nn.functional.cross_entropy,
@@ -81,7 +81,7 @@ def make_trainer(
             out / name / "ckpt", every=EVERY, resume=resume, layout=layout, async_save=async_save
         ),
         distributed=ampkit.DistributedConfig(strategy=strategy),
-        final_weights=out / f"{name}.safetensors",
+        final_weights=out / f"{name}.safetensors" if final_weights else None,
         logging=ampkit.LoggingConfig(log_every=100),
         callbacks=callbacks,
     )
@@ -140,37 +140,33 @@ class RecordedCommitHashes:
         checkpoint_folder.file_digest = self._real
 
 
-class MeasuredTrainer(ampkit.Trainer):
-    """Records rank 0's resident memory while each checkpoint is written."""
-
-    rss: PeakRss | None = None
-
-    def save_checkpoint(self):
-        dist.barrier()
-        with PeakRss() as self.rss:
-            return super().save_checkpoint()
-
-
 def measure_save(out: Path, name: str, depth: int, layout: str) -> dict[str, float]:
     """Rank 0's extra resident memory while the checkpoint of a width-1024 model is saved."""
     trainer = make_trainer(
         out,
         name,
         BATCH,
-        cls=MeasuredTrainer,
         net={"width": 1024, "depth": depth},
         max_steps=1,
         layout=layout,
         strategy="fsdp",
+        final_weights=False,
     )
-    trainer.final_weights = None
+    rss, save = PeakRss(), trainer.checkpointer.save
+
+    def measured_save() -> list[Path]:  # rank 0's resident memory while the save runs
+        dist.barrier()
+        with rss:
+            return save()
+
+    trainer.checkpointer.save = measured_save  # type: ignore[method-assign]
     trainer.fit(dataset())  # one step, then its checkpoint
     params = sum(p.numel() for p in trainer.raw_model.parameters())  # global sizes (DTensor)
     return {
         "layout": layout,
         "depth": depth,
         "model_mib": params * 4 / 2**20,
-        "extra_rss_mib": (trainer.rss.peak - trainer.rss.start) / 2**20,
+        "extra_rss_mib": (rss.peak - rss.start) / 2**20,
     }
 
 

@@ -36,11 +36,18 @@ class SignalAt(Callback):
 
 
 def make_trainer(
-    ckpt: Path | None, *, max_steps=8, callbacks=(), resume="auto", handle_signals=True, **kwargs
+    ckpt: Path | None,
+    *,
+    max_steps=8,
+    callbacks=(),
+    resume="auto",
+    handle_signals=True,
+    every=100,
+    **kwargs,
 ):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-    checkpoint = CheckpointConfig(ckpt, every=100, resume=resume) if ckpt else None
+    checkpoint = CheckpointConfig(ckpt, every=every, resume=resume) if ckpt else None
     trainer = Trainer(
         model,
         torch.optim.AdamW(model.parameters(), lr=0.05),
@@ -152,8 +159,7 @@ def slow_write(path, state):
         time.sleep(5)
     return real(path, state)
 folder._write_state = slow_write
-trainer, _ = make_trainer(sys.argv[1], callbacks=[SignalAt(3)])
-trainer.checkpoint_every = 2
+trainer, _ = make_trainer(sys.argv[1], callbacks=[SignalAt(3)], every=2)
 trainer.fit(data())
 """
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from ampkit import CheckpointConfig, Trainer
 from ampkit.errors import RanksDisagreeError
-from ampkit.trainer.checkpoint import choose_resume_checkpoint
+from ampkit.trainer.checkpointing.resume import choose_resume_checkpoint
 from ampkit.trainer.distributed import DistContext, agree_on_end, ranks_listed
 
 # Each rank writes its lines in one write(): print() writes the text and the newline apart, so

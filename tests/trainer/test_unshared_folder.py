@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ampkit.trainer.checkpoint import unshared_ranks
+from ampkit.trainer.checkpointing.resume import unshared_ranks
 from ampkit.trainer.distributed import DistContext
 
 WORKER = Path(__file__).with_name("unshared_worker.py")

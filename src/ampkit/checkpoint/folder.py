@@ -33,7 +33,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,6 +196,8 @@ def commit_checkpoint(
     *,
     layout: str = "full",
     digests: Mapping[str, FileDigest] | None = None,
+    keep_last: int | None = None,
+    keep: Collection[str | Path] = (),
 ) -> Path:
     """Finish a checkpoint whose weights are already in ``tmp`` (rank 0, after every writer
     is done): write ``state.pt`` (hashed as it is written), hash every other file, write the
@@ -206,6 +208,8 @@ def commit_checkpoint(
         digests: digest and size of files in ``tmp`` computed while writing them
             (``{"model.safetensors": ...}``); those files are not read again (their size on
             disk is checked). Every other file is read and hashed.
+        keep_last: once committed, keep only the newest ``keep_last`` checkpoints and those
+            in ``keep`` (:func:`prune_checkpoints`); None: keep all.
 
     Raises:
         StorageError: the disk is full.
@@ -242,6 +246,8 @@ def commit_checkpoint(
     except BaseException as exc:
         _fail(tmp, exc)
     fsync_dir(final.parent)
+    if keep_last is not None:
+        prune_checkpoints(final.parent, keep_last, keep=keep)
     return final
 
 
@@ -280,6 +286,9 @@ def write_checkpoint(
     weights: dict[str, torch.Tensor],
     state: dict[str, Any],
     metadata: dict[str, Any] | None = None,
+    *,
+    keep_last: int | None = None,
+    keep: Collection[str | Path] = (),
 ) -> Path:
     """Write the full-layout checkpoint of ``step`` atomically under ``folder``; return its path.
 
@@ -295,6 +304,7 @@ def write_checkpoint(
             into the manifest and are tied again on load).
         state: everything else (tensors, numbers, strings, lists, dicts only).
         metadata: extra JSON-ready facts for the manifest (precision, world size, ...).
+        keep_last, keep: as :func:`commit_checkpoint`.
 
     Raises:
         NonFiniteWeightsError: a weight holds inf/NaN; nothing is written.
@@ -319,7 +329,9 @@ def write_checkpoint(
         _fail(tmp, exc)
     extra = {**(metadata or {}), **({"aliases": aliases} if aliases else {})}
     digests = {_WEIGHTS: weights_digest, _STATE: state_digest}
-    return commit_checkpoint(tmp, step, None, extra, layout="full", digests=digests)
+    return commit_checkpoint(
+        tmp, step, None, extra, layout="full", digests=digests, keep_last=keep_last, keep=keep
+    )
 
 
 # -- finding and verifying -----------------------------------------------------------------------
@@ -768,8 +780,11 @@ def resolve_checkpoint(path: str | Path) -> tuple[Path, list[CheckpointError]]:
     return info.path, problems
 
 
-def prune_checkpoints(folder: str | Path, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` complete checkpoints, and stale temporaries.
+def prune_checkpoints(
+    folder: str | Path, keep_last: int, *, keep: Collection[str | Path] = ()
+) -> list[Path]:
+    """Delete all but the newest ``keep_last`` complete checkpoints (and those in ``keep``),
+    and stale temporaries.
 
     Returns the deleted folders. Temporary ``*.tmp-<pid>`` folders of other (dead) writers
     are removed too; this process's own, which an asynchronous write may still be filling,
@@ -779,7 +794,10 @@ def prune_checkpoints(folder: str | Path, keep_last: int) -> list[Path]:
         raise CheckpointError(f"keep_last: {keep_last} is invalid. Keep at least 1 checkpoint.")
     root = Path(folder)
     removed = []
+    kept = {Path(path).name for path in keep}
     for info in find_checkpoints(root)[:-keep_last]:
+        if info.path.name in kept:
+            continue
         shutil.rmtree(info.path)
         removed.append(info.path)
     for child in incomplete_writes(root):

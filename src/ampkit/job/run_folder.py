@@ -31,7 +31,7 @@ from ampkit.checkpoint import folder as folder
 from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, StorageError
 from ampkit.job.config import TrainConfig
 from ampkit.job.resume import carry_over, check_resume_config
-from ampkit.trainer.checkpoint import set_aside_lost_metrics
+from ampkit.trainer.checkpointing.resume import set_aside_lost_metrics
 
 __all__ = ["OUTPUTS", "RunPlan", "earlier_outputs", "open_run_folder"]
 

@@ -14,6 +14,7 @@ The batch convention
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -79,13 +80,48 @@ def batch_output(
         inputs, targets = batch
         output = model(inputs)
         return loss_fn(output, targets), output
-    if isinstance(batch, dict):
-        output = model(**batch)
-    elif isinstance(batch, (tuple, list)):
-        output = model(*batch)
-    else:
-        output = model(batch)
+    try:
+        if isinstance(batch, dict):
+            output = model(**batch)
+        elif isinstance(batch, (tuple, list)):
+            output = model(*batch)
+        else:
+            output = model(batch)
+    except TypeError:
+        problem = _unfit_batch(model, batch)
+        if problem is None:  # the batch fits the signature: the error is the model's own
+            raise
+        raise ConfigurationError(problem) from None
     return loss_from_output(output), output
+
+
+def _unfit_batch(model: nn.Module, batch: Any) -> str | None:
+    """Why the batch cannot be passed to the model's ``forward`` without ``loss_fn``, or None
+    when it can (or the signature cannot be read)."""
+    forward = getattr(getattr(model, "module", model), "forward", None)  # DDP: the inner one
+    try:
+        signature = inspect.signature(forward) if forward is not None else None
+    except (TypeError, ValueError):
+        return None
+    if signature is None:
+        return None
+    try:
+        if isinstance(batch, dict):
+            signature.bind(**batch)
+        elif isinstance(batch, (tuple, list)):
+            signature.bind(*batch)
+        else:
+            signature.bind(batch)
+    except TypeError:
+        kind = type(batch).__name__
+        size = f" of {len(batch)}" if isinstance(batch, (tuple, list, dict)) else ""
+        return (
+            f"loss: no loss_fn was given, so the model must take the whole batch and return "
+            f"its loss, but its forward{signature} does not take a {kind}{size}. Pass "
+            "loss_fn= (e.g. loss_fn=torch.nn.functional.cross_entropy) for batches of "
+            "(inputs, targets), or make the model return its loss."
+        )
+    return None
 
 
 def batch_size_of(batch: Any) -> int:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from ampkit._kwargs import check_keywords
 from ampkit._validate import is_int, is_number
 from ampkit.errors import CheckpointError, ConfigurationError, ScalerStateError
 from ampkit.precision.modes import PrecisionMode, precision_mode
@@ -201,6 +202,7 @@ class StepResult:
         return self.stepped or self.skipped
 
 
+@check_keywords
 class MixedPrecision:
     """Autocast, loss scaling, accumulation and clipping for a hand-written loop.
 

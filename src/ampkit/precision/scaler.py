@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from ampkit._kwargs import check_keywords
 from ampkit._validate import is_int
 from ampkit.errors import ConfigurationError, NonFiniteTrainingError, ScalerStateError
 from ampkit.precision import devices
@@ -97,6 +98,7 @@ class ScalerStats:
         return self.skipped_steps / self.steps if self.steps else 0.0
 
 
+@check_keywords
 class LossScaler:
     """Dynamic loss scaler for fp16 training. See the module docstring for the call order.
 

@@ -2,11 +2,13 @@
 DDP/FSDP2 under torchrun, callbacks and metrics.
 
 Modules: :mod:`~ampkit.trainer.trainer` (the loop), :mod:`~ampkit.trainer.config` (its
-grouped, validated settings), :mod:`~ampkit.trainer.state` (loop
-counters), :mod:`~ampkit.trainer.callbacks`, :mod:`~ampkit.trainer.checkpoint` (what a
-checkpoint holds) over :mod:`~ampkit.checkpoint.folder` (the atomic, verified folder
-format), :mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (the loader; the batch convention is
-:mod:`ampkit.precision.batches`), :mod:`~ampkit.trainer.metrics`, :mod:`~ampkit.trainer.evaluation` (eval metrics).
+grouped, validated settings), :mod:`~ampkit.trainer.args` (its own keywords, and the old ones'
+new forms), :mod:`~ampkit.trainer.state` (loop counters), :mod:`~ampkit.trainer.callbacks`,
+:mod:`~ampkit.trainer.checkpointing` (the ``Checkpointer``: when to save, what a checkpoint
+holds, resume) over :mod:`~ampkit.checkpoint.folder` (the atomic, verified folder format),
+:mod:`~ampkit.trainer.distributed`, :mod:`~ampkit.trainer.data` (the loader; the batch
+convention is :mod:`ampkit.precision.batches`), :mod:`~ampkit.trainer.metrics`,
+:mod:`~ampkit.trainer.evaluation` (eval metrics).
 """
 
 from ampkit.trainer.callbacks import Callback as Callback

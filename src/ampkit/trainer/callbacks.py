@@ -42,14 +42,20 @@ class TrainerView(Protocol):
     Attributes:
         mp: the :class:`~ampkit.MixedPrecision` engine (policy, loss-scale stats).
         raw_model: the model as the user passed it (not wrapped by DDP/FSDP/compile).
-        resumed_from: the checkpoint this run resumed from, or None for a fresh run.
-        resume: what the user asked for: ``"auto"``, a checkpoint path, or None.
     """
 
     mp: MixedPrecision
     raw_model: nn.Module
-    resumed_from: Path | None
-    resume: str | Path | None
+
+    @property
+    def resumed_from(self) -> Path | None:
+        """The checkpoint this run resumed from, or None for a fresh run."""
+        ...
+
+    @property
+    def resume(self) -> str | Path | None:
+        """What the user asked for: ``"auto"``, a checkpoint path, or None."""
+        ...
 
     @property
     def max_steps(self) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 from torch import nn
 
+from ampkit._kwargs import check_keywords
 from ampkit._validate import check_int, is_number
 from ampkit.errors import CheckpointError, ConfigurationError
 from ampkit.trainer.distributed import SHARDED_STRATEGIES, STRATEGIES, Strategy
@@ -65,6 +66,7 @@ def _check_bool(owner: str, name: str, value: object, *, optional: bool = False)
         raise ConfigurationError(f"{owner}: {name}={value!r} is invalid. It must be {allowed}.")
 
 
+@check_keywords
 @dataclass(frozen=True)
 class CheckpointConfig:
     """Where and when the Trainer writes checkpoints, and what it resumes from.
@@ -89,10 +91,19 @@ class CheckpointConfig:
             and in the first metrics row after the resume (``precision_change``).
         run_config: the run's settings (JSON-ready), recorded as ``config`` in every
             checkpoint's manifest so that a resume can compare them (``ampkit train`` does).
+        keep_best: an evaluated value (``"eval_loss"``, or ``"eval_<name>"`` of a metric of
+            ``EvalConfig.metrics``): the checkpoint of the evaluated step with the best value
+            is kept besides the newest ``keep_last`` (``Checkpointer.best``; a note in
+            ``FitResult.notes``). Needs an ``EvalConfig``; only checkpoints of evaluated steps
+            compete (``every`` a multiple of ``EvalConfig.every`` makes them all evaluated).
+            The best is tracked within one ``fit``: after a resume, from the resumed step on.
+        best_mode: ``"min"`` (a loss) or ``"max"`` (an accuracy): which value of
+            ``keep_best`` is best.
 
     Raises:
         ConfigurationError: a count that is not an integer >= 1, an unknown layout, async
-            writes with the full layout, a flag that is not a bool.
+            writes with the full layout, a flag that is not a bool, a ``keep_best`` that is
+            not an ``eval_...`` name or a ``best_mode`` other than ``"min"``/``"max"``.
         CheckpointError: ``resume`` names a file, or a folder that does not exist.
     """
 
@@ -104,9 +115,23 @@ class CheckpointConfig:
     async_save: bool = False
     allow_precision_change: bool = False
     run_config: Mapping[str, Any] | None = None
+    keep_best: str | None = None
+    best_mode: str = "min"
 
     def __post_init__(self) -> None:
         owner = "CheckpointConfig"
+        if self.keep_best is not None and (
+            not isinstance(self.keep_best, str) or not self.keep_best.startswith("eval_")
+        ):
+            raise ConfigurationError(
+                f"{owner}: keep_best={self.keep_best!r} is invalid. Pass an evaluated value: "
+                "'eval_loss', or 'eval_<name>' for a metric of EvalConfig.metrics."
+            )
+        if self.best_mode not in ("min", "max"):
+            raise ConfigurationError(
+                f"{owner}: best_mode={self.best_mode!r} is invalid. Use 'min' (a loss) or "
+                "'max' (an accuracy)."
+            )
         if not isinstance(self.dir, (str, Path)) or not str(self.dir):
             raise ConfigurationError(
                 f"{owner}: dir={self.dir!r} is invalid. Pass the folder for the checkpoints, "
@@ -156,6 +181,7 @@ class CheckpointConfig:
         return Path(self.dir)
 
 
+@check_keywords
 @dataclass(frozen=True)
 class LoggingConfig:
     """What the Trainer logs, and where.
@@ -190,6 +216,7 @@ class LoggingConfig:
             )
 
 
+@check_keywords
 @dataclass(frozen=True)
 class EvalConfig:
     """Evaluation during training.
@@ -205,19 +232,25 @@ class EvalConfig:
             over the sum of its counts over every eval batch of every rank (exact, whatever
             the batch sizes), logged as ``eval_<name>`` in the step's metrics row and kept in
             ``FitResult.eval_history`` (:mod:`ampkit.trainer.evaluation`).
+        patience: stop early once this many evaluations in a row brought no eval loss below
+            the lowest one before them; the step of the last evaluation is then the run's last
+            (checkpointed, its final weights written, noted in ``FitResult.notes``). None:
+            train to ``max_steps``. Counted within one ``fit`` (a resume counts anew).
 
     Raises:
-        ConfigurationError: ``every`` is not an integer >= 1, ``data`` is None or cannot
-            be iterated, or ``metrics`` is not a mapping of names to functions (or names a
-            metric ``loss``).
+        ConfigurationError: ``every`` or ``patience`` is not an integer >= 1, ``data`` is
+            None or cannot be iterated, or ``metrics`` is not a mapping of names to functions
+            (or names a metric ``loss``).
     """
 
     every: int
     data: Any
     metrics: Mapping[str, MetricFn] = field(default_factory=dict)
+    patience: int | None = None
 
     def __post_init__(self) -> None:
         check_count("EvalConfig", "every", self.every, optional=False)
+        check_count("EvalConfig", "patience", self.patience)
         if self.data is None or not hasattr(self.data, "__iter__"):
             raise ConfigurationError(
                 f"EvalConfig: data={type(self.data).__name__} is not iterable. Pass the "
@@ -226,6 +259,7 @@ class EvalConfig:
         check_metrics("EvalConfig", self.metrics)
 
 
+@check_keywords
 @dataclass(frozen=True)
 class DistributedConfig:
     """How the Trainer runs under ``torchrun``, and what it does for models too big for plain
@@ -293,6 +327,7 @@ class DistributedConfig:
         object.__setattr__(self, "activation_checkpointing", targets)
 
 
+@check_keywords
 @dataclass(frozen=True)
 class CompileConfig:
     """``torch.compile`` of the model.

@@ -29,15 +29,16 @@ import logging
 import math
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from ampkit._kwargs import check_keywords
 from ampkit._tree import to_device
 from ampkit.checkpoint.weights import write_weights
 from ampkit.errors import (
@@ -52,16 +53,10 @@ from ampkit.precision.engine import MixedPrecision, StepResult
 from ampkit.precision.modes import PrecisionMode, TrainingSetup
 from ampkit.precision.policy import Policy, resolve_device
 from ampkit.precision.scaler import LossScaler
+from ampkit.trainer.args import MOVED, OptimizerLike, SchedulerLike, TrainerArgs
 from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
-from ampkit.trainer.checkpoint import (
-    TrainingParts,
-    check_shared_folder,
-    choose_resume_checkpoint,
-    full_weights,
-    restore,
-    set_aside_lost_metrics,
-)
-from ampkit.trainer.checkpoint_writer import CheckpointWriter
+from ampkit.trainer.checkpointing.checkpointer import Checkpointer
+from ampkit.trainer.checkpointing.contents import TrainingParts, full_weights
 from ampkit.trainer.config import (
     CheckpointConfig,
     CompileConfig,
@@ -69,14 +64,11 @@ from ampkit.trainer.config import (
     EvalConfig,
     LoggingConfig,
     check_config,
-    check_count,
-    check_length,
 )
 from ampkit.trainer.data import build_loader, example_batch
 from ampkit.trainer.distributed import (
     SHARDED_STRATEGIES,
     DistContext,
-    Strategy,
     agree_on_end,
     init_distributed,
     launched_local_rank,
@@ -95,10 +87,82 @@ __all__ = ["FitResult", "Trainer"]
 
 log = logging.getLogger("ampkit")
 
-OptimizerLike = torch.optim.Optimizer | Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
-SchedulerLike = Any  # an LRScheduler, or a callable optimizer -> LRScheduler
+
+def _configs(
+    checkpoint: object, logging: object, eval: object, distributed: object, compile: object
+) -> CompileConfig:
+    """Refuse an argument that is not its config; return ``compile`` as a CompileConfig."""
+    for name, value, kind in (
+        ("checkpoint", checkpoint, CheckpointConfig),
+        ("logging", logging, LoggingConfig),
+        ("eval", eval, EvalConfig),
+        ("distributed", distributed, DistributedConfig),
+    ):
+        check_config(name, value, kind)
+    if compile is None or isinstance(compile, bool):
+        compile = CompileConfig(enabled=compile)
+    check_config("compile", compile, CompileConfig, optional=False)
+    best = checkpoint.keep_best if isinstance(checkpoint, CheckpointConfig) else None
+    if best is not None:
+        known = ["eval_loss", *(f"eval_{name}" for name in getattr(eval, "metrics", {}))]
+        if best not in known:
+            raise ConfigurationError(
+                f"Trainer: CheckpointConfig(keep_best={best!r}) names no value this run "
+                f"evaluates ({', '.join(known) if eval is not None else 'no EvalConfig'}). "
+                "Pass eval=EvalConfig(every=..., data=...) and keep_best='eval_loss' or "
+                "'eval_<metric>'."
+            )
+    return cast(CompileConfig, compile)
 
 
+def _check_optimizer(
+    model: nn.Module, optimizer: object, strategy: str, mp: MixedPrecision
+) -> None:
+    if strategy in SHARDED_STRATEGIES and not is_sharded(model):
+        if isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigurationError(
+                f"Trainer: strategy={strategy!r} replaces the parameters when sharding, so "
+                "pass an optimizer factory, e.g. "
+                "optimizer=lambda params: torch.optim.AdamW(params)."
+            )
+    if mp.policy.uses_scaler and isinstance(optimizer, torch.optim.LBFGS):
+        raise ConfigurationError(
+            "Trainer: LBFGS needs a closure, which fp16 loss scaling cannot scale. "
+            "Use precision='bf16' or 'fp32' with LBFGS."
+        )
+
+
+def _default_device(device: torch.device | str | None) -> torch.device | str | None:
+    """Under torchrun on CUDA/XPU, the local rank's device when none was given."""
+    default = resolve_device(None) if device is None else None
+    if default is not None and default.type in ("cuda", "xpu"):
+        return torch.device(default.type, launched_local_rank())
+    return device
+
+
+def _callbacks(logging: LoggingConfig, given: Sequence[Callback]) -> list[Callback]:
+    """The metrics file and progress bar ``logging`` asks for, then the caller's callbacks."""
+    bar = logging.progress_bar
+    if bar is None:
+        bar = sys.stderr.isatty() and not any(isinstance(c, ProgressBar) for c in given)
+    return [
+        *([MetricsFile(logging.metrics_file)] if logging.metrics_file else []),
+        *([ProgressBar()] if bar else []),
+        *given,
+    ]
+
+
+def _islands(model: nn.Module, keep_fp32: Sequence[str | type[nn.Module]]) -> Any:
+    """The fp32 islands of ``keep_fp32``, validated now, before any step (the hooks live as
+    long as the model); None without any."""
+    if not keep_fp32:
+        return None
+    from ampkit.precision.fp32_modules import keep_fp32 as make_islands
+
+    return make_islands(model, keep_fp32)
+
+
+@check_keywords(moved=MOVED)
 class Trainer:
     """Fit a model with mixed precision, checkpoints and (under torchrun) DDP or FSDP2.
 
@@ -170,7 +234,14 @@ class Trainer:
     before is used and never destroyed. A group the Trainer joined and nobody closed is
     destroyed at interpreter exit (so torch does not warn of a leaked group).
 
+    The Trainer holds its configs and the components built from them (``checkpointer``, a
+    :class:`~ampkit.trainer.checkpointing.Checkpointer` of ``checkpoint``), never copies of
+    their fields; its own keywords are kept in ``args`` (:class:`~ampkit.trainer.args.TrainerArgs`).
+
     Raises:
+        KeywordError: a keyword it does not take (the nearest valid name is suggested), or one
+            of an earlier signature (the message names its new form, e.g.
+            ``checkpoint=CheckpointConfig(dir=..., every=...)``); a ``TypeError``.
         ConfigurationError: an invalid setting (both or neither of ``max_steps`` and
             ``epochs``, ...), a precision the hardware cannot run, an optimizer needing
             closures under fp16, an optimizer instance with FSDP.
@@ -207,105 +278,35 @@ class Trainer:
         cudnn_benchmark: bool = False,
         handle_signals: bool = False,
     ) -> None:
-        check_length(max_steps, epochs)
-        check_count("Trainer", "batch_size", batch_size)
-        check_config("checkpoint", checkpoint, CheckpointConfig)
-        check_config("logging", logging, LoggingConfig)
-        check_config("eval", eval, EvalConfig)
-        check_config("distributed", distributed, DistributedConfig)
-        if compile is None or isinstance(compile, bool):
-            compile = CompileConfig(enabled=compile)
-        check_config("compile", compile, CompileConfig, optional=False)
-        self.checkpoint_config = checkpoint
-        self.logging_config = logging = logging if logging is not None else LoggingConfig()
+        self.args = TrainerArgs(
+            optimizer, scheduler, loss_fn, max_steps, epochs, batch_size, num_workers, seed,
+            final_weights, channels_last, cudnn_benchmark, handle_signals,
+        )  # fmt: skip
+        self.compile_config = _configs(checkpoint, logging, eval, distributed, compile)
+        self.logging_config = logging if logging is not None else LoggingConfig()
         self.eval_config = eval
-        self.distributed_config = distributed = distributed or DistributedConfig()
-        self.compile_config = compile
-        sharding = distributed.strategy in SHARDED_STRATEGIES and not is_sharded(model)
-        if sharding and isinstance(optimizer, torch.optim.Optimizer):
-            raise ConfigurationError(
-                f"Trainer: strategy={distributed.strategy!r} replaces the parameters when "
-                "sharding, so pass an optimizer factory, e.g. "
-                "optimizer=lambda params: torch.optim.AdamW(params)."
-            )
-        self._dist: DistContext | None = None  # joined on first need (the dist property)
-        self._closed = False
-        default = resolve_device(None) if device is None else None
-        if default is not None and default.type in ("cuda", "xpu"):
-            device = torch.device(default.type, launched_local_rank())
+        self.distributed_config = distributed or DistributedConfig()
         self.mp = MixedPrecision(
             precision,
-            device,
+            _default_device(device),
             grad_accum_steps=grad_accum_steps,
             max_grad_norm=max_grad_norm,
             scaler=scaler,
         )
-        self.compile = self.mp.mode.compile_default(compile.enabled)
-        self.compile_mode = compile.mode
-        if self.mp.policy.uses_scaler and isinstance(optimizer, torch.optim.LBFGS):
-            raise ConfigurationError(
-                "Trainer: LBFGS needs a closure, which fp16 loss scaling cannot scale. "
-                "Use precision='bf16' or 'fp32' with LBFGS."
-            )
-        self.raw_model = model
-        self.model: nn.Module = model
-        self.optimizer_like, self.scheduler_like = optimizer, scheduler
-        self.optimizer: torch.optim.Optimizer | None = None
-        self.scheduler: Any = None
-        self.loss_fn, self.batch_size = loss_fn, batch_size
-        self.epochs = epochs
-        self._max_steps = max_steps  # with epochs: derived by fit (steps_for)
-        self.num_workers, self.seed = num_workers, seed
-        self.strategy: Strategy = distributed.strategy
-        # the settings the loop reads, taken from the configs once
-        self.checkpoint_dir = checkpoint.path if checkpoint else None
-        self.checkpoint_every = checkpoint.every if checkpoint else None
-        self.keep_last = checkpoint.keep_last if checkpoint else None
-        self.resume = checkpoint.resume if checkpoint else None
-        self.checkpoint_layout = checkpoint.layout if checkpoint else "auto"
-        self.async_checkpoint = checkpoint.async_save if checkpoint else False
-        self.resume_precision_change = checkpoint.allow_precision_change if checkpoint else False
-        run_config = checkpoint.run_config if checkpoint else None
-        self.run_config = dict(run_config) if run_config is not None else None
-        self._writer: CheckpointWriter | None = None
-        self._resharded = False
-        self._in_loop = False
-        self.channels_last, self.cudnn_benchmark = channels_last, cudnn_benchmark
-        if not isinstance(handle_signals, bool):
-            raise ConfigurationError(
-                f"Trainer: handle_signals={handle_signals!r} is invalid. It must be True or False."
-            )
-        self.handle_signals = handle_signals
-        self._signals: StopSignals | None = None
-        progress_bar = logging.progress_bar
-        if progress_bar is None:
-            progress_bar = sys.stderr.isatty() and not any(
-                isinstance(c, ProgressBar) for c in callbacks
-            )
-        self.callbacks: list[Callback] = [
-            *([MetricsFile(logging.metrics_file)] if logging.metrics_file else []),
-            *([ProgressBar()] if progress_bar else []),
-            *callbacks,
-        ]
-        self.eval_every = eval.every if eval else None
-        self.eval_data: Any = eval.data if eval else None
-        self.eval_metrics: dict[str, MetricFn] = dict(eval.metrics) if eval else {}
-        self.eval_history: list[EvalResult] = []  # the evaluations of the current fit
-        self._precision_change: str | None = None
-        self.log_every, self.tokens_per_sample = logging.log_every, logging.tokens_per_sample
-        self.final_weights = Path(final_weights) if final_weights else None
-        self.fp32_islands = None
-        if keep_fp32:  # validated now, before any step; the hooks live as long as the model
-            from ampkit.precision.fp32_modules import keep_fp32 as make_islands
-
-            self.fp32_islands = make_islands(model, keep_fp32)
+        _check_optimizer(model, optimizer, self.distributed_config.strategy, self.mp)
+        self.mp.mode.compile_default(self.compile_config.enabled)  # warns now, not at fit
+        self.checkpointer = Checkpointer(checkpoint)
+        self.callbacks: list[Callback] = _callbacks(self.logging_config, callbacks)
+        self.fp32_islands = _islands(model, keep_fp32)
+        self.raw_model = self.model = model
         self.state = TrainerState()
-        self.parts: TrainingParts | None = None
+        self.parts: TrainingParts | None = None  # built by fit's set-up
         self.notes: list[str] = []
-        self.saved: list[str] = []
-        self.resumed_from: Path | None = None
+        self.eval_history: list[EvalResult] = []  # the evaluations of the current fit
+        self._dist: DistContext | None = None  # joined on first need (the dist property)
+        self._closed = False
+        self._max_steps = max_steps  # with epochs: derived by fit (steps_for)
         self._row_start = 1  # the first step of the interval the next logged row covers
-        self._param_names: dict[int, str] = {}
 
     # -- the process group ---------------------------------------------------------------------
 
@@ -331,8 +332,8 @@ class Trainer:
 
     def close(self) -> None:
         """Release what the Trainer holds: the process group it joined (a group the caller
-        initialised is left alone; every rank meets at a barrier first) and the checkpoint
-        writer's own group. Idempotent; after it, ``fit``, ``save_checkpoint`` and
+        initialised is left alone; every rank meets at a barrier first), the checkpoint
+        folder's lock and the checkpoint writer's own group. Idempotent; after it, ``fit``, ``save_checkpoint`` and
         ``evaluate`` refuse."""
         self._close(wait_for_all=True)
 
@@ -340,8 +341,7 @@ class Trainer:
         if self._closed:
             return
         self._closed = True
-        if self._writer is not None:
-            self._writer.close()
+        self.checkpointer.close()
         if self._dist is not None:
             teardown_distributed(self._dist, wait_for_all=wait_for_all)
 
@@ -360,6 +360,35 @@ class Trainer:
         return self.state.step
 
     @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """The optimizer trained with (built by ``fit``'s set-up; None before it)."""
+        return self.parts.optimizer if self.parts is not None else None
+
+    @property
+    def scheduler(self) -> Any:
+        """The LR scheduler (built by ``fit``'s set-up), or None."""
+        return self.parts.scheduler if self.parts is not None else None
+
+    @property
+    def compile(self) -> bool:
+        """Whether ``fit`` compiles the model (``CompileConfig.enabled``, or the precision
+        mode's default when that is None)."""
+        with warnings.catch_warnings():  # the mode warned once, when the Trainer was made
+            warnings.simplefilter("ignore")
+            return self.mp.mode.compile_default(self.compile_config.enabled)
+
+    @property
+    def resume(self) -> str | Path | None:
+        """What ``CheckpointConfig.resume`` asks for (None without a CheckpointConfig)."""
+        config = self.checkpointer.config
+        return config.resume if config is not None else None
+
+    @property
+    def resumed_from(self) -> Path | None:
+        """The checkpoint this run resumed from, or None for a fresh run."""
+        return self.checkpointer.resumed_from
+
+    @property
     def max_steps(self) -> int:
         """The optimizer step training stops at: ``max_steps``, or with ``epochs`` the count
         :meth:`steps_for` derives from ``fit``'s data (known once ``fit`` has started).
@@ -369,7 +398,7 @@ class Trainer:
         """
         if self._max_steps is None:
             raise ConfigurationError(
-                f"Trainer: with epochs={self.epochs} the number of optimizer steps comes from "
+                f"Trainer: with epochs={self.args.epochs} the number of optimizer steps comes from "
                 "the training data, which fit() has not seen yet. Read it inside fit (a "
                 "scheduler factory, a callback) or call trainer.steps_for(train_data)."
             )
@@ -403,34 +432,34 @@ class Trainer:
             ConfigurationError: with ``epochs``, the data has no length, or fewer
                 micro-batches than one accumulation window.
         """
-        if self.epochs is None:
+        epochs, batch_size = self.args.epochs, self.args.batch_size
+        if epochs is None:
             return self.max_steps
         self._check_open("steps_for")
         if isinstance(train_data, torch.utils.data.Dataset) and hasattr(train_data, "__len__"):
-            if self.batch_size is None:
+            if batch_size is None:
                 raise ConfigurationError(
                     "Trainer: fit() got a Dataset, so batch_size is needed to build the "
                     "loader. Pass batch_size=N (per process)."
                 )
             size = len(train_data)
-            per_epoch = size // self.dist.world_size // self.batch_size
+            per_epoch = size // self.dist.world_size // batch_size
             source = (
-                f"{size} samples // {self.dist.world_size} process(es) // batch_size "
-                f"{self.batch_size}"
+                f"{size} samples // {self.dist.world_size} process(es) // batch_size {batch_size}"
             )
         elif hasattr(train_data, "__len__"):
             per_epoch = len(train_data)
             source = f"len(train_data) = {per_epoch}"
         else:
             raise ConfigurationError(
-                f"Trainer: epochs={self.epochs} needs the length of the training data, and a "
+                f"Trainer: epochs={epochs} needs the length of the training data, and a "
                 f"{type(train_data).__name__} has none. Pass a Dataset (with batch_size) or a "
                 "DataLoader, or give max_steps instead of epochs."
             )
-        steps = self.epochs * per_epoch // self.mp.grad_accum_steps
+        steps = epochs * per_epoch // self.mp.grad_accum_steps
         if steps < 1:
             raise ConfigurationError(
-                f"Trainer: epochs={self.epochs} of {per_epoch} micro-batch(es) per epoch "
+                f"Trainer: epochs={epochs} of {per_epoch} micro-batch(es) per epoch "
                 f"({source}) do not fill one accumulation window of grad_accum_steps="
                 f"{self.mp.grad_accum_steps}. Use more data, a smaller batch_size or "
                 "grad_accum_steps, or more epochs."
@@ -458,29 +487,29 @@ class Trainer:
         return self.parts
 
     def _setup(self, train_data: Any = None) -> None:
+        args, config = self.args, self.distributed_config
         model = self.raw_model.to(self.device)
-        if self.channels_last:
+        if args.channels_last:
             # nn.Module.to takes memory_format; torch's type stubs do not list it
             model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         closure = None
         if train_data is not None:
 
             def closure() -> torch.Tensor:  # one real batch, read only if the mode asks
-                batch = to_device(example_batch(train_data, self.batch_size), self.device)
-                return batch_loss(model, batch, self.loss_fn)
+                batch = to_device(example_batch(train_data, args.batch_size), self.device)
+                return batch_loss(model, batch, args.loss_fn)
 
         setup = TrainingSetup(
             model,
             closure=closure,
             distributed=self.dist.distributed,
-            fsdp=self.strategy in SHARDED_STRATEGIES and self.dist.distributed,
+            fsdp=config.strategy in SHARDED_STRATEGIES and self.dist.distributed,
             keep_fp32=self.fp32_islands.modules if self.fp32_islands else (),
         )
         self.notes.extend(self.mp.mode.setup_training(setup))
         model = self.mp.prepare_model(model)
-        config = self.distributed_config
         self.notes += setting_notes(
-            self.strategy,
+            config.strategy,
             distributed=self.dist.distributed,
             sharded_before=is_sharded(model),
             hsdp_shard_size=config.hsdp_shard_size,
@@ -488,109 +517,59 @@ class Trainer:
         )
         self.model = wrap_model(
             model,
-            self.strategy,
+            config.strategy,
             self.dist,
             self.mp.policy,
             activation_checkpointing=config.activation_checkpointing,
             hsdp_shard_size=config.hsdp_shard_size,
             cpu_offload=config.cpu_offload,
         )
-        self._param_names = {id(p): n for n, p in self.model.named_parameters()}
-        if callable(self.optimizer_like) and not isinstance(
-            self.optimizer_like, torch.optim.Optimizer
-        ):
-            self.optimizer = self.optimizer_like(self.model.parameters())
-        else:
-            self.optimizer = self.optimizer_like
-        self.optimizer = self.mp.prepare_optimizer(self.optimizer)
-        sched = self.scheduler_like
-        self.scheduler = (
-            sched(self.optimizer) if callable(sched) and not hasattr(sched, "step") else sched
-        )
+        optimizer = args.optimizer
+        if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
+            optimizer = optimizer(self.model.parameters())
+        optimizer = self.mp.prepare_optimizer(optimizer)
+        sched = args.scheduler
+        scheduler = sched(optimizer) if callable(sched) and not hasattr(sched, "step") else sched
         if self.compile:
-            self.model = cast(nn.Module, torch.compile(self.model, mode=self.compile_mode))
+            self.model = cast(nn.Module, torch.compile(self.model, mode=self.compile_config.mode))
         self.parts = TrainingParts(
             model=self.raw_model,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
+            optimizer=optimizer,
+            scheduler=scheduler,
             engine=self.mp,
             counters=self.state,
             dist=self.dist,
             sharded=is_sharded(model),  # by this strategy, or by the caller before
-            batch_size=self.batch_size,
-            seed=self.seed,
-            run_config=self.run_config,
+            batch_size=args.batch_size,
+            seed=args.seed,
         )
-        if self.checkpoint_dir is not None:
-            layout = self.checkpoint_layout
-            if layout == "auto":
-                layout = "sharded" if self.parts.sharded or self.async_checkpoint else "full"
-            self._writer = CheckpointWriter(
-                self.checkpoint_dir,
-                layout,
-                async_save=self.async_checkpoint,
-                keep_last=self.keep_last,
-            )
-
-    def _resume(self) -> None:
-        if self.checkpoint_dir is not None and self._writer is not None:
-            for note in check_shared_folder(self.dist, self.checkpoint_dir, self._writer.layout):
-                self.notes.append(note)
-                if self.is_main:
-                    log.warning(note)
-        path, notes = choose_resume_checkpoint(self.dist, self.checkpoint_dir, self.resume)
-        self.notes.extend(notes)
-        metrics = self.logging_config.metrics_file
-        if path is None and self.resume == "auto" and metrics is not None and self.is_main:
-            kept = set_aside_lost_metrics(Path(metrics))
-            if kept is not None:
-                self.notes.append(
-                    f"the earlier run committed no checkpoint, so this one starts fresh; its "
-                    f"metrics were kept as {kept}"
-                )
-                log.warning(self.notes[-1])
-        if path is not None:
-            restored = restore(
-                self._parts(), path, allow_precision_change=self.resume_precision_change
-            )
-            self._resharded = restored.saved_world_size != self.dist.world_size
-            self.resumed_from = path
-            self.notes.append(f"resumed from {path} at step {self.state.step}")
-            self.notes.extend(restored.notes)
-            for note in self.notes[-1 - len(restored.notes) :]:
-                log.info(note)
-            if restored.changed_from is not None:
-                self._precision_change = f"{restored.changed_from} -> {self.mp.policy.precision}"
-                self.notes.append(
-                    f"precision changed on resume: {self._precision_change} (weights and "
-                    "optimizer state carried over, loss-scaler state dropped)"
-                )
-                log.warning(self.notes[-1])
+        self.checkpointer.start(self.parts)  # the layout; the folder's lock (rank 0)
 
     # -- the loop ------------------------------------------------------------------------------
 
     def _batches(self, data: Any) -> Iterable[Any]:
         """Micro-batches from the saved position, epoch after epoch."""
+        args = self.args
         while True:
             if isinstance(data, torch.utils.data.Dataset) and hasattr(data, "__len__"):
-                if self.batch_size is None:
+                if args.batch_size is None:
                     raise ConfigurationError(
                         "Trainer: fit() got a Dataset, so batch_size is needed to build the "
                         "loader. Pass batch_size=N (per process)."
                     )
                 loader: Iterable[Any] = build_loader(
                     data,
-                    batch_size=self.batch_size,
+                    batch_size=args.batch_size,
                     rank=self.dist.rank,
                     world_size=self.dist.world_size,
-                    seed=self.seed,
+                    seed=args.seed,
                     epoch=self.state.epoch,
                     start_batch=self.state.batch_in_epoch,
                     device=self.device,
-                    num_workers=self.num_workers,
+                    num_workers=args.num_workers,
                 )
                 skip = 0
-            elif self._resharded:
+            elif self.checkpointer.resharded:
                 raise ConfigurationError(
                     "Trainer: this run resumed a checkpoint of another number of processes, so "
                     "the data position was recomputed for the Trainer's own loader; pass the "
@@ -625,15 +604,16 @@ class Trainer:
         self._check_open("fit")
         _ = self.dist  # join the process group now, before the model is placed or wrapped
         saved_bench = torch.backends.cudnn.benchmark
-        torch.backends.cudnn.benchmark = self.cudnn_benchmark
-        self._signals = StopSignals().install() if self.handle_signals else None
+        torch.backends.cudnn.benchmark = self.args.cudnn_benchmark
+        signals = StopSignals().install() if self.args.handle_signals else None
         try:
             with self.mp:
-                if self.epochs is not None:  # before the scheduler factory reads it
+                if self.args.epochs is not None:  # before the scheduler factory reads it
                     self._max_steps = self.steps_for(train_data)
                 self.eval_history = []
                 self._setup(train_data)
-                self._resume()
+                resumed = self.checkpointer.resume(self.logging_config.metrics_file)
+                self.notes.extend(resumed.notes)
                 for callback in self.callbacks:
                     callback.on_fit_start(self)
                 self.notes.extend(
@@ -642,47 +622,48 @@ class Trainer:
                     if isinstance(callback, MetricsFile)
                     for what in callback.dropped
                 )
-                result = self._loop(train_data)
-                if self.final_weights is not None:
-                    self._write_final_weights(self.final_weights)
+                result = self._loop(train_data, signals, resumed.precision_change)
+                if self.args.final_weights is not None:
+                    self._write_final_weights(self.args.final_weights)
                 if val_data is not None:
                     result.notes.append(f"validation loss {self.evaluate(val_data):.4f}")
             for callback in self.callbacks:
                 callback.on_fit_end(self, result)
             return result
         except BaseException as error:
-            if self._writer is not None:  # an asynchronous checkpoint still being written
-                self._committed(self._writer.finish_after_error())
+            # an asynchronous checkpoint still being written
+            self._committed(self.checkpointer.finish_after_error())
             for callback in self.callbacks:
                 callback.on_exception(self, error)
             raise
         finally:
-            self._in_loop = False
-            if self._signals is not None:  # the handlers of handle_signals, for fit only
-                self._signals.restore()
-                self._signals = None
+            self.checkpointer.stop()  # releases the folder's lock
+            if signals is not None:  # the handlers of handle_signals, for fit only
+                signals.restore()
             for callback in self.callbacks:
                 callback.close()
             torch.backends.cudnn.benchmark = saved_bench
 
-    def _loop(self, train_data: Any) -> FitResult:
-        parts = self._parts()
+    def _loop(
+        self, train_data: Any, signals: StopSignals | None, precision_change: str | None
+    ) -> FitResult:
+        parts, args = self._parts(), self.args
         reset_peak_memory(self.device)
         meter = Throughput(
             self.device,
             world_size=self.dist.world_size,
             grad_accum_steps=self.mp.grad_accum_steps,
-            tokens_per_sample=self.tokens_per_sample,
+            tokens_per_sample=self.logging_config.tokens_per_sample,
         )
         self._row_start = self.state.step + 1
         batches = self._batches(train_data) if self.state.step < self.max_steps else ()
-        vote = StopVote(self.dist, self.device) if self._signals is not None else None
-        self._in_loop = True
+        vote = StopVote(self.dist, self.device) if signals is not None else None
+        self.checkpointer.in_loop = True
         for batch in batches:
-            batch = to_device(batch, self.device, self.channels_last)
+            batch = to_device(batch, self.device, args.channels_last)
             with self.mp.accumulate(self.model):
                 with self.mp.autocast():
-                    loss = batch_loss(self.model, batch, self.loss_fn)
+                    loss = batch_loss(self.model, batch, args.loss_fn)
                 self.mp.backward(loss)
             meter.add(loss, batch_size_of(batch))
             self.state.batch_in_epoch += 1
@@ -693,30 +674,32 @@ class Trainer:
                 continue
             self.state.step += 1
             done = self.state.step >= self.max_steps
-            self._after_step(result, meter, done)
-            if done:
+            logged, stopped = self._after_step(result, meter, done, precision_change)
+            if logged:
+                precision_change = None  # noted in the first row after the resume only
+            if done or stopped:
                 break
-            if vote is not None and self._signals is not None:
-                stop = vote.cast(self._signals.received)
+            if vote is not None and signals is not None:
+                stop = vote.cast(signals.received)
                 if stop is not None:
                     self._stop(stop)
         if vote is not None:
             vote.drain()  # the last vote in flight: the run is finishing anyway
         agree_on_end(self.dist, self.state.step)
-        self._in_loop = False
-        if self._writer is not None:  # commit an asynchronous checkpoint still being written
-            self._committed(self._writer.finish(parts))
+        self._committed(self.checkpointer.finish())  # an asynchronous write still in flight
+        if (best := self.checkpointer.best_note()) is not None:
+            self.notes.append(best)
         return self._result(meter)
 
     def _stop(self, signum: int) -> None:
         """Stop on ``signum`` after the step just done: checkpoint it (every rank), raise."""
         name = signal.Signals(signum).name
         checkpoint: str | None = None
-        if self.checkpoint_dir is not None:
+        if self.checkpointer.config is not None:
             self.save_checkpoint()  # skips a step that already has one
-            if self._writer is not None:  # an asynchronous write: commit it before exiting
-                self._committed(self._writer.finish(self._parts()))
-            checkpoint = str(self.checkpoint_dir / f"step-{self.state.step:08d}")
+            # an asynchronous write: commit it before exiting
+            self._committed(self.checkpointer.finish())
+            checkpoint = str(self.checkpointer.path_of(self.state.step))
             said = f"checkpoint written to {checkpoint}; continue with resume='auto'"
         else:
             said = (
@@ -731,15 +714,21 @@ class Trainer:
             signal=signum,
         )
 
-    def _after_step(self, result: StepResult, meter: Throughput, done: bool) -> None:
-        """Callbacks, the logged row and the checkpoint of one finished optimizer step."""
+    def _after_step(
+        self, result: StepResult, meter: Throughput, done: bool, precision_change: str | None
+    ) -> tuple[bool, bool]:
+        """Callbacks, the logged row and the checkpoint of one finished optimizer step;
+        returns whether a metrics row was logged and whether ``EvalConfig.patience`` ran out
+        (this step is then the last)."""
+        step, eval_config = self.state.step, self.eval_config
+        scores: dict[str, float] | None = None
         for callback in self.callbacks:
             callback.on_step_end(self, result)
-        evaluate = self.eval_every is not None and (self.state.step % self.eval_every == 0 or done)
-        logged = self._logs(self.state.step)
-        if logged or self._precision_change:
+        evaluate = eval_config is not None and (step % eval_config.every == 0 or done)
+        logged = self._logs(step)
+        if logged or precision_change:
             metrics = meter.row(
-                step=self.state.step,
+                step=step,
                 lr=self._parts().optimizer.param_groups[0]["lr"],
                 scale=result.scale,
                 skipped=result.skipped,
@@ -750,26 +739,44 @@ class Trainer:
                 metrics = replace(
                     metrics,
                     eval_loss=evaluation.loss,
-                    eval_metrics=dict(evaluation.metrics) if self.eval_metrics else None,
+                    eval_metrics=dict(evaluation.metrics) if self._eval_metrics else None,
                 )
                 meter.restart_interval()
-            if self._precision_change:
-                metrics = replace(metrics, precision_change=self._precision_change)
-                self._precision_change = None
-            measured = self.mp.mode.step_metrics(
-                self._parts().optimizer, step=self.state.step, names=self._param_names
-            )
+            if precision_change:
+                metrics = replace(metrics, precision_change=precision_change)
+            names = {id(p): n for n, p in self.model.named_parameters()}
+            measured = self.mp.mode.step_metrics(self._parts().optimizer, step=step, names=names)
             metrics = replace(metrics, mode_metrics=measured)
             for callback in self.callbacks:
                 callback.on_log(self, metrics)  # the row with the inf/NaN is logged, then we stop
             if self._watch_loss and not math.isfinite(metrics.loss):
                 raise self._nonfinite_loss(metrics.loss)
-            self._row_start = self.state.step + 1
-        every = self.checkpoint_every
-        if self.checkpoint_dir and ((every and self.state.step % every == 0) or done):
+            self._row_start = step + 1
+
+        def finite() -> None:  # one sync per checkpoint, never a NaN one
             if self._watch_loss and not logged and not meter.interval_loss_finite():
-                raise self._nonfinite_loss(math.nan)  # one sync per checkpoint, never a NaN one
-            self.save_checkpoint()
+                raise self._nonfinite_loss(math.nan)
+
+        stop = scores is not None and not done and self._patience_ran_out()
+        saved = self.checkpointer.maybe_save(step, last=done or stop, before=finite, scores=scores)
+        self._committed(saved)
+        return logged or bool(precision_change), stop
+
+    def _patience_ran_out(self) -> bool:
+        """Whether the last ``EvalConfig.patience`` evaluations brought no eval loss below the
+        lowest one before them (early stopping); notes it when they did not."""
+        patience = self.eval_config.patience if self.eval_config is not None else None
+        losses = [evaluation.loss for evaluation in self.eval_history]
+        if patience is None or len(losses) <= patience:
+            return False
+        lowest = min(losses[:-patience])
+        if min(losses[-patience:]) < lowest:
+            return False
+        self.notes.append(
+            f"stopped early at step {self.state.step}: {patience} evaluation(s) in a row "
+            f"brought no eval loss below {lowest:.6g} (EvalConfig.patience={patience})"
+        )
+        return True
 
     @property
     def _watch_loss(self) -> bool:
@@ -783,7 +790,8 @@ class Trainer:
             if first >= step
             else f"by step {step} (mean over steps {first}-{step})"
         )
-        kept = self.saved[-1] if self.saved else self.resumed_from
+        saved = self.checkpointer.saved
+        kept = saved[-1] if saved else self.resumed_from
         after = (
             f"the last checkpoint, {kept}, holds the weights from before. Lower the learning "
             "rate, clip the gradient norm or check the data, then resume from it or start again."
@@ -799,8 +807,13 @@ class Trainer:
 
     def _logs(self, step: int) -> bool:
         """Whether optimizer step ``step`` writes a metrics row (logged, evaluated or last)."""
-        evaluated = self.eval_every is not None and step % self.eval_every == 0
-        return step % self.log_every == 0 or step >= self.max_steps or evaluated
+        evaluated = self.eval_config is not None and step % self.eval_config.every == 0
+        logged = step % self.logging_config.log_every == 0
+        return logged or step >= self.max_steps or evaluated
+
+    @property
+    def _eval_metrics(self) -> dict[str, MetricFn]:
+        return dict(self.eval_config.metrics) if self.eval_config is not None else {}
 
     def _result(self, meter: Throughput) -> FitResult:
         wall, rate = meter.overall()
@@ -815,13 +828,15 @@ class Trainer:
             skipped_steps=stats.skipped_steps,
             final_loss=meter.last_loss,
             samples_per_s=rate,
-            tokens_per_s=rate * self.tokens_per_sample if self.tokens_per_sample else None,
+            tokens_per_s=rate * tokens
+            if (tokens := self.logging_config.tokens_per_sample)
+            else None,
             wall_s=wall,
             peak_memory_bytes=memory,
             peak_memory_kind=kind,
             resumed_from=str(self.resumed_from) if self.resumed_from else None,
             final_scale=stats.scale,
-            checkpoints=list(self.saved),
+            checkpoints=list(self.checkpointer.saved),
             notes=list(self.notes),
             scale_history=list(stats.scale_history),
             eval_history=list(self.eval_history),
@@ -834,29 +849,16 @@ class Trainer:
         committed by this call on rank 0 (with ``async_save``: the previous one, whose
         background write is then complete), else None."""
         self._check_open("save_checkpoint")
-        if self.checkpoint_dir is None:
-            raise ConfigurationError(
-                "Trainer.save_checkpoint: no checkpoint folder was given. Pass "
-                "checkpoint=CheckpointConfig('path/to/checkpoints')."
-            )
-        parts = self._parts()
-        if self._writer is None or self._writer.last_step == self.state.step:
-            return None
-        committed = self._writer.save(parts)
-        if not self._in_loop:  # called after fit: nothing later would commit an async write
-            committed += self._writer.finish(parts)
+        committed = self.checkpointer.save()
         self._committed(committed)
-        if self.dist.distributed:
-            dist.barrier()
         return committed[-1] if committed else None
 
     def _committed(self, paths: list[Path]) -> None:
         for path in paths:
-            self.saved.append(str(path))
             for callback in self.callbacks:
                 callback.on_checkpoint(self, path)
 
-    def _write_final_weights(self, path: Path) -> None:
+    def _write_final_weights(self, path: str | Path) -> None:
         weights = full_weights(self._parts())  # collective under FSDP2: every rank takes part
         if self.is_main:
             try:
@@ -870,7 +872,8 @@ class Trainer:
 
     def _evaluate_during_fit(self) -> EvalResult:
         """One evaluation of ``EvalConfig``: kept in the history, passed to the callbacks."""
-        evaluation = self._evaluate_forked(self.eval_data, self.eval_metrics)
+        config = cast(EvalConfig, self.eval_config)  # called only when one was given
+        evaluation = self._evaluate_forked(config.data, self._eval_metrics)
         self.eval_history.append(evaluation)
         for callback in self.callbacks:
             callback.on_eval(self, evaluation)
@@ -914,16 +917,16 @@ class Trainer:
         """
         self._check_open("evaluate")
         if metrics is None:
-            metrics = self.eval_metrics
+            metrics = self._eval_metrics
         check_metrics("Trainer.evaluate_metrics", metrics)
         sums = EvalSums(metrics, self.device)
         was_training = self.model.training
         self.model.eval()
         try:
             for batch in data:
-                batch = to_device(batch, self.device, self.channels_last)
+                batch = to_device(batch, self.device, self.args.channels_last)
                 with self.mp.autocast():
-                    loss, outputs = batch_output(self.model, batch, self.loss_fn)
+                    loss, outputs = batch_output(self.model, batch, self.args.loss_fn)
                 sums.add(loss, outputs, batch)
         finally:
             self.model.train(was_training)

@@ -1,7 +1,7 @@
 """Writing the Trainer's checkpoints: full or sharded layout, synchronous or asynchronous.
 
 Every method is collective under torchrun. ``full``: the parts are gathered
-(:func:`~ampkit.trainer.checkpoint.snapshot`) and rank 0 writes the folder. ``sharded``: rank 0
+(:func:`~ampkit.trainer.checkpointing.contents.snapshot`) and rank 0 writes the folder. ``sharded``: rank 0
 makes the temporary folder, every rank writes its shards into it with
 ``torch.distributed.checkpoint`` (:mod:`ampkit.checkpoint.sharded`), then rank 0 hashes the files,
 writes the manifest and ``COMPLETE`` and renames the folder (:mod:`ampkit.checkpoint.folder`).
@@ -28,7 +28,12 @@ from ampkit.checkpoint.weights import (
     refuse_nonfinite,
 )
 from ampkit.errors import CheckpointError, ConfigurationError
-from ampkit.trainer.checkpoint import TrainingParts, manifest_metadata, small_state, snapshot
+from ampkit.trainer.checkpointing.contents import (
+    TrainingParts,
+    manifest_metadata,
+    small_state,
+    snapshot,
+)
 
 __all__ = ["CheckpointWriter"]
 
@@ -100,6 +105,7 @@ class CheckpointWriter:
             )
         self.root, self.layout = root, layout
         self.async_save, self.keep_last = async_save, keep_last
+        self.keep: set[Path] = set()  # checkpoints pruning leaves alone (the best one)
         self.last_step: int | None = None
         self._pending: _Pending | None = None
         self._group: Any = None
@@ -114,11 +120,19 @@ class CheckpointWriter:
             path, error = None, None
             if parts.dist.is_main:
                 try:
-                    path = folder.write_checkpoint(self.root, step, weights, state, metadata)
+                    path = folder.write_checkpoint(
+                        self.root,
+                        step,
+                        weights,
+                        state,
+                        metadata,
+                        keep_last=self.keep_last,
+                        keep=self.keep,
+                    )
                 except BaseException as exc:  # every rank must learn that rank 0 failed
                     error = exc
             _agree(parts, error)
-            return [*committed, *self._pruned([path] if path else [])]
+            return [*committed, *([path] if path else [])]
         self._start_sharded(parts, step)
         if not self.async_save:
             committed += self.finish(parts)
@@ -203,11 +217,13 @@ class CheckpointWriter:
                     pending.metadata,
                     layout="sharded",
                     digests=digests,
+                    keep_last=self.keep_last,
+                    keep=self.keep,
                 )
             except BaseException as exc:
                 error = exc
         _agree(parts, error)
-        return self._pruned([path] if path else [])
+        return [path] if path else []
 
     def finish_after_error(self) -> list[Path]:
         """After training failed: wait for a pending asynchronous write and commit it if it
@@ -223,7 +239,13 @@ class CheckpointWriter:
             if pending.tmp is None:
                 return []
             path = folder.commit_checkpoint(
-                pending.tmp, pending.step, pending.state, pending.metadata, layout="sharded"
+                pending.tmp,
+                pending.step,
+                pending.state,
+                pending.metadata,
+                layout="sharded",
+                keep_last=self.keep_last,
+                keep=self.keep,
             )
         except BaseException as exc:  # the training error that brought us here wins
             if pending.tmp is not None:
@@ -232,15 +254,10 @@ class CheckpointWriter:
                 "the asynchronous checkpoint of step %d was not kept: %s", pending.step, exc
             )
             return []
-        return self._pruned([path])
+        return [path]
 
     def close(self) -> None:
         """Destroy the process group of the asynchronous writes, if one was made."""
         group, self._group = self._group, None
         if group is not None and dist.is_available() and dist.is_initialized():
             dist.destroy_process_group(group)
-
-    def _pruned(self, paths: list[Path]) -> list[Path]:
-        if paths and self.keep_last:
-            folder.prune_checkpoints(self.root, self.keep_last)
-        return paths

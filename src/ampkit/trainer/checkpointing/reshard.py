@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ampkit.checkpoint.rng import reseed, set_rng_state
 from ampkit.errors import CheckpointError
+from ampkit.trainer.checkpointing.rng import reseed, set_rng_state
 
 if TYPE_CHECKING:
     from ampkit.precision.engine import MixedPrecision
