@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ampkit.errors import ConfigurationError
+from ampkit.precision.modes._deprecated import moved_mode_keywords
 from ampkit.trainer.config import check_count, check_length
 
 __all__ = ["MOVED", "OptimizerLike", "SchedulerLike", "TrainerArgs"]
@@ -46,10 +47,9 @@ MOVED: dict[str, str] = {
     "eval_data": "eval=EvalConfig(every=..., data=...)",
     "strategy": "distributed=DistributedConfig(strategy=...)",
     "compile_mode": "compile=CompileConfig(mode=...)",
-    "fp8_plan": "precision=ampkit.Fp8(plan=...)",
-    "update_compensation": "precision=ampkit.Bf16True(update_compensation=...)",
-    "bf16_true_keep_fp32": "precision=ampkit.Bf16True(keep_fp32=...)",
     "scaler_options": "scaler=ampkit.LossScaler(...)",
+    # and each mode's old keywords, which the mode lists (fp8_plan -> precision=ampkit.Fp8(...))
+    **moved_mode_keywords(),
 }
 
 

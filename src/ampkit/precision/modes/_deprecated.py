@@ -10,15 +10,15 @@ update_compensation="stochastic"))``). Nothing else in ampkit spells those keywo
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ampkit._kwargs import keyword_error
 from ampkit._stack import user_stacklevel
 from ampkit.precision.modes import MODES, PrecisionMode
 
-__all__ = ["translate_old_keywords"]
+__all__ = ["moved_mode_keywords", "translate_old_keywords"]
 
 
 def _owner(keyword: str) -> type[PrecisionMode] | None:
@@ -26,6 +26,17 @@ def _owner(keyword: str) -> type[PrecisionMode] | None:
         if keyword in cls.options:
             return cls
     return None
+
+
+def moved_mode_keywords() -> dict[str, str]:
+    """Each registered mode's old keywords -> the mode object that holds the option now
+    (``"update_compensation"`` -> ``"precision=ampkit.Bf16True(update_compensation=...)"``),
+    for the migration line of a class that no longer takes them (the Trainer)."""
+    return {
+        keyword: f"precision=ampkit.{cls.__name__}({option}=...)"
+        for cls in MODES.values()
+        for keyword, option in cls.options.items()
+    }
 
 
 def translate_old_keywords(
@@ -40,7 +51,7 @@ def translate_old_keywords(
         known: the constructor's own keywords, for a did-you-mean.
 
     Raises:
-        TypeError: a keyword no mode ever took (as Python says it, with the closest keyword).
+        KeywordError: a keyword no mode ever took (a ``TypeError``, with the closest keyword).
 
     Warns:
         DeprecationWarning: once per call, for each old keyword given, with the new form.
@@ -50,11 +61,7 @@ def translate_old_keywords(
         owner = _owner(keyword)
         if owner is None:
             spellings = [*known, *(k for cls in MODES.values() for k in cls.options)]
-            close = difflib.get_close_matches(keyword, spellings, n=1)
-            raise TypeError(
-                f"{caller}.__init__() got an unexpected keyword argument {keyword!r}"
-                + (f"; did you mean {close[0]!r}?" if close else "")
-            )
+            raise keyword_error(caller, keyword, spellings)
         if value is None:
             continue
         option = owner.options[keyword]
