@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -244,6 +244,11 @@ class AmpkitPrecision(_Precision):
         """The policy's autocast region."""
         with self.mp.autocast():
             yield
+
+    def autocast_context_manager(self) -> contextlib.AbstractContextManager[Any]:
+        """The policy's autocast region, under the name of Lightning's
+        ``MixedPrecision.autocast_context_manager`` (for code that enters it directly)."""
+        return cast(contextlib.AbstractContextManager[Any], self.mp.autocast())
 
     def pre_backward(self, tensor: torch.Tensor, module: Any) -> torch.Tensor:
         """Lightning's hooks see the loss; backward gets it times the loss scale (fp16).
