@@ -69,6 +69,19 @@ def test_bf16_true_module_init_context_builds_weights_in_bf16():
     assert torch.equal(model[2].weight, bf16_head.float())
 
 
+def test_autocast_context_manager_is_the_policys_autocast_under_lightnings_name():
+    plugin = AmpkitPrecision("bf16", "cpu")
+    layer = nn.Linear(2, 1)
+    with plugin.autocast_context_manager():
+        assert torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+        with torch.no_grad():
+            layer(torch.randn(1, 2))
+        loss = layer(torch.randn(1, 2)).mean()
+    loss.backward()  # a no_grad forward inside does not cut the graph of the next one
+    assert layer.weight.grad is not None
+
+
 def test_other_precisions_leave_module_init_context_alone():
     plugin = AmpkitPrecision("bf16", "cpu")
     with plugin.module_init_context():
