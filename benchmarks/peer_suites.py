@@ -243,7 +243,7 @@ def run_lightning(path: Path, reference: bool) -> list[Outcome]:
     for key, outcome in outcomes.items():
         module, _, name = key.partition("::")
         nodeid = f"{module.replace('.', '/')}.py::{name}"
-        outcome.kind = "ampkit" if nodeid in substituted else "no counterpart"
+        outcome.kind = "counterpart" if nodeid in substituted else "no counterpart"
         rows.append(outcome)
     return rows
 
