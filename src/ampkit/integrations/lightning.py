@@ -1,5 +1,6 @@
 """Lightning: ``AmpkitPrecision``, a precision plugin that runs ampkit's policy and loss scaler,
-and ``AmpkitCallback``, which logs their telemetry through Lightning's loggers.
+``AmpkitCallback``, which logs their telemetry through Lightning's loggers, and
+``AmpkitFabricPrecision``, Fabric's mixed precision with ampkit's policy and loss scaler.
 
 ::
 
