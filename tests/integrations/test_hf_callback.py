@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may reach the network
 
@@ -205,6 +206,15 @@ def test_fp16_on_a_cpu_falls_back_and_the_callback_says_so(tmp_path):
         trainer, cb, _ = train(tmp_path, callback={}, bf16=False, fp16=True, max_steps=1)
     assert cb.autocast_dtype is None
     assert LOSS_SCALE not in train_lines(trainer)[0]  # Accelerate made no scaler
+
+
+def test_fp16_fallback_on_a_cpu_is_said_on_the_console_at_the_first_step(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="ampkit"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrecisionWarning)  # the console line is what counts
+        train(tmp_path, callback={}, bf16=False, fp16=True, max_steps=2)
+    said = [r.getMessage() for r in caplog.records if r.name == "ampkit"]
+    assert len(said) == 1 and said[0].startswith("step 1: AmpkitCallback: the Trainer was asked")
+    assert "fp16=True" in said[0] and "\n" not in said[0]
 
 
 class Overflow(transformers.TrainerCallback):

@@ -30,10 +30,12 @@ def scaled_step(
     scaler.scale(loss).backward()
     if inject:
         next(model.parameters()).grad[0, 0] = math.inf
-    stepped = scaler.step(optimizer)
+    scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    return stepped
+    if isinstance(scaler, LossScaler):
+        return not scaler.last_step_skipped
+    return not inject  # GradScaler keeps no record of it
 
 
 def run(scaler: LossScaler, pattern: str) -> list[float]:
@@ -206,7 +208,9 @@ def test_closure_is_refused_while_scaling():
         ({"growth_interval": 0}, "growth_interval"),
         ({"min_scale": 0.0}, "min_scale"),
         ({"max_scale": 0.5}, "max_scale"),
-        ({"init_scale": 2.0**30}, "init_scale"),
+        ({"init_scale": 2.0**30, "max_scale": 2.0**24}, "init_scale"),
+        ({"init_scale": 0.5, "min_scale": 1.0}, "init_scale"),
+        ({"init_scale": 1e39}, "init_scale"),
         ({"max_skips_at_min_scale": 0}, "max_skips_at_min_scale"),
     ],
 )
@@ -225,7 +229,7 @@ def test_disabled_scaler_is_a_pass_through():
     loss.backward()
     scaler.unscale_(optimizer)
     scaler.unscale_(optimizer)  # no-op when disabled, like GradScaler(enabled=False)
-    assert scaler.step(optimizer)
+    assert scaler.step_all([optimizer])
     scaler.update()
     torch.nn.functional.mse_loss(control(x), y).backward()
     control_opt.step()

@@ -1,5 +1,6 @@
 """Lightning: ``AmpkitPrecision``, a precision plugin that runs ampkit's policy and loss scaler,
-and ``AmpkitCallback``, which logs their telemetry through Lightning's loggers.
+``AmpkitCallback``, which logs their telemetry through Lightning's loggers, and
+``AmpkitFabricPrecision``, Fabric's mixed precision with ampkit's policy and loss scaler.
 
 ::
 
@@ -30,13 +31,14 @@ What the plugin does, against Lightning's own ``precision="16-mixed"``:
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Generator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-from ampkit.errors import ConfigurationError
+from ampkit.errors import ConfigurationError, PrecisionWarning
 from ampkit.integrations import LOSS_SCALE, LOST_UPDATES, NONFINITE_STEP, SKIPPED_STEPS
 from ampkit.integrations._deps import require
 from ampkit.precision.scaler import LossScaler, ScalerStats
@@ -45,7 +47,7 @@ _pl = require("lightning.pytorch", feature="ampkit.integrations.lightning", extr
 _Precision: Any = _pl.plugins.precision.Precision
 _Callback: Any = _pl.Callback
 
-__all__ = ["AmpkitCallback", "AmpkitPrecision"]
+__all__ = ["AmpkitCallback", "AmpkitFabricPrecision", "AmpkitPrecision"]
 
 #: Lightning's name for each ampkit precision (``trainer.precision``).
 _LIGHTNING_NAMES = {
@@ -141,8 +143,39 @@ class AmpkitPrecision(_Precision):
 
     @property
     def scaler(self) -> LossScaler:
-        """The :class:`~ampkit.LossScaler` (disabled for every precision but fp16)."""
+        """The :class:`~ampkit.LossScaler` (disabled for every precision but fp16).
+
+        Settable, as Lightning's own plugins' ``scaler`` is: to another ``LossScaler`` (enabled
+        exactly when the precision is fp16), or to a wrapper around one
+        (``unittest.mock.Mock(wraps=plugin.scaler)``, to count its calls).
+
+        Raises:
+            ConfigurationError: on assignment, a ``torch.amp.GradScaler`` (wrap it in nothing:
+                pass ``scaler=ampkit.LossScaler(...)`` instead; ``load_state_dict`` takes a
+                GradScaler's state), or a ``LossScaler`` enabled under another precision.
+        """
         return self.mp.scaler
+
+    @scaler.setter
+    def scaler(self, value: Any) -> None:
+        fp16 = self.mp.policy.uses_scaler
+        if isinstance(value, LossScaler):
+            if value.is_enabled() != fp16:
+                raise ConfigurationError(
+                    f"AmpkitPrecision.scaler: got a LossScaler with enabled={value.is_enabled()} "
+                    f"under {self.mp.policy.precision}; only fp16 scales the loss. Pass "
+                    f"LossScaler(enabled={fp16})."
+                )
+        elif isinstance(value, torch.amp.GradScaler) or not all(
+            callable(getattr(value, name, None))
+            for name in ("scale", "unscale_", "step", "update", "state_dict")
+        ):
+            raise ConfigurationError(
+                f"AmpkitPrecision.scaler: got a {type(value).__name__}; the plugin steps with an "
+                "ampkit.LossScaler (or a wrapper around one). Assign ampkit.LossScaler(...); "
+                "a GradScaler's state_dict() loads into it."
+            )
+        self.mp.scaler = value
 
     @property
     def stats(self) -> ScalerStats:
@@ -152,13 +185,33 @@ class AmpkitPrecision(_Precision):
     # -- the model and the optimizers ------------------------------------------------------
 
     def convert_module(self, module: nn.Module) -> nn.Module:
-        """bf16-true: cast to bf16 (kept modules stay fp32); others: unchanged."""
+        """bf16-true: cast to bf16 (kept modules stay, or become, fp32); others: unchanged.
+
+        Warns:
+            PrecisionWarning: bf16-true left no parameter in bf16 (every module is one the
+                mode keeps in fp32, e.g. a model whose only Linear is its head).
+        """
         self.mp.prepare_model(module)
+        if self.mp.policy.precision == "bf16-true":
+            _warn_if_no_bf16(module)
         if self.keep_fp32 and self._islands is None:
             from ampkit.precision.fp32_modules import keep_fp32
 
             self._islands = keep_fp32(module, self.keep_fp32)
         return module
+
+    def tensor_init_context(self) -> contextlib.AbstractContextManager[None]:
+        """bf16-true: tensors made inside are bf16 (the default dtype is bf16 there), so a
+        model built in ``configure_model`` is never held in fp32 first; the modules the mode
+        keeps in fp32 are cast up by :meth:`convert_module`, from their bf16-rounded initial
+        values. Other precisions: no change."""
+        if self.mp.policy.precision != "bf16-true":
+            return contextlib.nullcontext()
+        return _default_dtype(torch.bfloat16)
+
+    def module_init_context(self) -> contextlib.AbstractContextManager[None]:
+        """As :meth:`tensor_init_context` (Lightning enters it around ``configure_model``)."""
+        return self.tensor_init_context()
 
     def connect(
         self, model: nn.Module, optimizers: list[Any], lr_schedulers: list[Any]
@@ -197,8 +250,24 @@ class AmpkitPrecision(_Precision):
         with self.mp.autocast():
             yield
 
+    def autocast_context_manager(self) -> contextlib.AbstractContextManager[Any]:
+        """The policy's autocast region, under the name of Lightning's
+        ``MixedPrecision.autocast_context_manager`` (for code that enters it directly)."""
+        return cast(contextlib.AbstractContextManager[Any], self.mp.autocast())
+
     def pre_backward(self, tensor: torch.Tensor, module: Any) -> torch.Tensor:
-        """Lightning's hooks see the loss; backward gets it times the loss scale (fp16)."""
+        """Lightning's hooks see the loss; backward gets it times the loss scale (fp16).
+
+        Raises:
+            ConfigurationError: not under a Lightning ``Trainer`` (``Fabric`` passes no
+                LightningModule): use :class:`AmpkitFabricPrecision` with Fabric.
+        """
+        if not isinstance(module, _pl.LightningModule):
+            raise ConfigurationError(
+                "AmpkitPrecision is the Lightning Trainer's plugin; Fabric called it with "
+                f"{type(module).__name__ if module is not None else 'no LightningModule'}. Use "
+                "Fabric(plugins=[ampkit.integrations.lightning.AmpkitFabricPrecision(...)])."
+            )
         tensor = super().pre_backward(tensor, module)
         return self.mp.scaler.scale(tensor)
 
@@ -238,9 +307,9 @@ class AmpkitPrecision(_Precision):
         measure = getattr(optimizer, "measure_next_step", None)
         if callable(measure) and self._wants_lost_updates:
             measure()
-        stepped = scaler.step(optimizer)
+        scaler.step(optimizer)
         scaler.update()
-        self.last_step_skipped = not stepped
+        self.last_step_skipped = scaler.last_step_skipped is True
         return result
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -398,3 +467,92 @@ def _logs_this_step(trainer: Any) -> bool:
         return bool(trainer._logger_connector.should_update_logs)
     except AttributeError:  # another Lightning version: log (and read) every step
         return True
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Generator[None, None, None]:
+    """``torch.set_default_dtype(dtype)`` inside, the previous default restored on exit."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _warn_if_no_bf16(module: nn.Module) -> None:
+    """One line when bf16-true's conversion left no parameter in bf16."""
+    params = [p for p in module.parameters() if p.is_floating_point()]
+    if params and not any(p.dtype == torch.bfloat16 for p in params):
+        warnings.warn(
+            f"AmpkitPrecision('bf16-true'): no parameter of the {type(module).__name__} is bf16 "
+            "after conversion: every module is one bf16-true keeps in fp32 (embeddings, norms, "
+            "the final projection), so this trains as fp32. Pass bf16_true_keep_fp32=[] (or "
+            "the names to keep) to cast the rest, or use 'bf16' (mixed).",
+            PrecisionWarning,
+            stacklevel=3,
+        )
+
+
+_fabric_amp = require(
+    "lightning.fabric.plugins.precision.amp", feature="AmpkitFabricPrecision", extra="lightning"
+)
+
+
+class AmpkitFabricPrecision(_fabric_amp.MixedPrecision):  # type: ignore[misc,name-defined]
+    """A Fabric precision plugin: Fabric's own mixed precision, with ampkit's policy and loss
+    scaler. ``Fabric(plugins=[AmpkitFabricPrecision("fp16")])``.
+
+    It is Fabric's ``MixedPrecision`` (autocast, input casting, ``backward``, ``optimizer_step``,
+    ``unscale_gradients`` for clipping, state) with :class:`ampkit.LossScaler` as its scaler —
+    GradScaler's API, so Fabric's code drives it unchanged — which adds bounds, hysteresis,
+    host-side counters (:attr:`stats`) and the stop after ``max_skips_at_min_scale``. With an
+    unbounded scaler the weights are bitwise those of Fabric's ``16-mixed`` with a GradScaler;
+    in bf16, those of ``bf16-mixed``. Unlike Fabric's ``16-mixed``, fp16 on a CPU runs fp16
+    (with a :class:`~ampkit.PrecisionWarning`), not bf16.
+
+    Args:
+        precision: ``"auto"``, ``"fp16"``, ``"bf16"`` or an alias :func:`ampkit.resolve_precision`
+            knows (it must resolve to fp16 or bf16).
+        device: the device autocast runs on; None: CUDA when available, else CPU.
+        scaler: the :class:`~ampkit.LossScaler` for fp16; None builds one with the defaults.
+
+    Raises:
+        ConfigurationError: the precision resolves to something else than fp16 or bf16, or a
+            scaler given for bf16.
+        UnsupportedPrecisionError: the device cannot run the precision.
+    """
+
+    def __init__(
+        self,
+        precision: str = "auto",
+        device: torch.device | str | None = None,
+        *,
+        scaler: LossScaler | None = None,
+    ) -> None:
+        from ampkit.precision.policy import resolve_precision
+
+        policy = resolve_precision(precision, device)
+        if policy.precision not in ("fp16", "bf16"):
+            raise ConfigurationError(
+                f"AmpkitFabricPrecision: precision {precision!r} resolves to {policy.precision}; "
+                "this plugin runs fp16 or bf16 mixed precision. For fp32 pass no precision "
+                "plugin to Fabric."
+            )
+        fp16 = policy.uses_scaler
+        if scaler is not None and (not fp16 or not isinstance(scaler, LossScaler)):
+            raise ConfigurationError(
+                f"AmpkitFabricPrecision: scaler={type(scaler).__name__} with "
+                f"{policy.precision}; only fp16 takes a scaler, an ampkit.LossScaler."
+            )
+        if fp16 and scaler is None:
+            scaler = LossScaler(policy.device.type)
+        super().__init__("16-mixed" if fp16 else "bf16-mixed", policy.device.type, scaler)
+        #: The :class:`~ampkit.Policy` in force (``.reason`` says why).
+        self.policy = policy
+
+    @property
+    def stats(self) -> ScalerStats:
+        """Loss-scale telemetry (zero counters and scale 1.0 under bf16)."""
+        scaler = self.scaler if self.scaler is not None else LossScaler(enabled=False)
+        return scaler.stats

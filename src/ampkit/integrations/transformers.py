@@ -143,6 +143,7 @@ class AmpkitCallback(_TrainerCallback):
         self._counts: tuple[torch.Tensor, torch.Tensor] | None = None
         self._logged_finding = False
         self._logged_doctor = False
+        self._fallback_note: str | None = None  # said on the console at the first step
 
     # -- installation --------------------------------------------------------------------
 
@@ -203,14 +204,14 @@ class AmpkitCallback(_TrainerCallback):
         if wanted is not None and self.autocast_dtype != wanted and weights != {wanted}:
             ran = "fp32" if self.autocast_dtype is None else str(self.autocast_dtype)[6:]
             asked = "fp16=True" if self._args.fp16 else "bf16=True"
-            warnings.warn(
+            note = (
                 f"AmpkitCallback: the Trainer was asked for {asked}, but the model's forward "
                 f"runs under {ran} autocast on {kind} (the Trainer/Accelerate fell back "
                 "without saying so). Use a device that runs the precision, or ask for what "
-                "runs here.",
-                PrecisionWarning,
-                stacklevel=2,
+                "runs here."
             )
+            warnings.warn(note, PrecisionWarning, stacklevel=2)
+            self._fallback_note = note
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.close()
@@ -240,6 +241,13 @@ class AmpkitCallback(_TrainerCallback):
             self._loss = None if loss is None else loss.detach()
 
     # -- the Trainer's events ------------------------------------------------------------
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # A Python warning is shown once per place and may be filtered away; the fallback is
+        # also said on the console (the ampkit logger) when the first step ends.
+        if self._fallback_note is not None:
+            note, self._fallback_note = self._fallback_note, None
+            log.warning("step %d: %s", state.global_step, note)
 
     def on_substep_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._check_loss(state, kwargs.get("optimizer"))

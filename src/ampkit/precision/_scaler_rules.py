@@ -9,14 +9,53 @@ as ``(name, value, allowed)`` and raise nothing themselves.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from typing import Any
 
 from ampkit._validate import is_int, is_number
 
-__all__ = ["STATE_KEYS", "settings_problem", "state_problem"]
+__all__ = [
+    "DEFAULT_MAX_SCALE",
+    "DEFAULT_MIN_SCALE",
+    "FP32_MAX",
+    "STATE_KEYS",
+    "default_bounds",
+    "settings_problem",
+    "state_problem",
+    "to_fp32",
+]
 
 Problem = tuple[str, object, str]
+
+#: The bounds a scaler gets when its constructor is given none: they widen to take in an
+#: ``init_scale`` outside them (``torch.amp.GradScaler`` has no bounds, and accepts any scale).
+DEFAULT_MIN_SCALE = 1.0
+DEFAULT_MAX_SCALE = 2.0**24
+#: The largest finite fp32 number: the scale multiplies the loss as an fp32 tensor, as
+#: GradScaler's does, so it must stay finite in fp32.
+FP32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
+
+
+def to_fp32(value: float) -> float:
+    """``value`` rounded to the nearest fp32 number (GradScaler keeps its scale in fp32)."""
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def default_bounds(
+    init_scale: object, min_scale: float | None, max_scale: float | None
+) -> tuple[object, object]:
+    """The bounds a scaler uses: the given ones, or the defaults widened to hold
+    ``init_scale`` (a bound given explicitly never moves)."""
+    low: object = min_scale
+    high: object = max_scale
+    start = float(init_scale) if is_number(init_scale) and init_scale > 0 else None
+    if low is None:
+        low = DEFAULT_MIN_SCALE if start is None else min(DEFAULT_MIN_SCALE, start)
+    if high is None:
+        high = DEFAULT_MAX_SCALE if start is None else min(max(DEFAULT_MAX_SCALE, start), FP32_MAX)
+    return low, high
+
 
 #: The keys of ``LossScaler.state_dict()`` (enabled scaler).
 STATE_KEYS = (
@@ -76,12 +115,18 @@ def settings_problem(
             "an integer >= 1 (1 backs off on every overflow)",
         ),
         ("min_scale", min_scale, low is not None, "a finite number > 0"),
-        ("max_scale", max_scale, high is not None, f"finite and >= min_scale ({min_scale})"),
+        (
+            "max_scale",
+            max_scale,
+            high is not None and high <= FP32_MAX,
+            f"finite in fp32 (<= {FP32_MAX:g}) and >= min_scale ({min_scale})",
+        ),
         (
             scale_name,
             scale,
             is_number(scale) and low is not None and high is not None and low <= scale <= high,
-            f"within [min_scale, max_scale] = [{min_scale}, {max_scale}]",
+            f"within [min_scale, max_scale] = [{min_scale}, {max_scale}] (pass min_scale= or "
+            "max_scale= to widen them)",
         ),
         (
             "max_skips_at_min_scale",

@@ -16,6 +16,7 @@ In fp32 the engine adds nothing: the updates are bitwise those of the plain PyTo
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -32,7 +33,7 @@ from ampkit.precision.scaler import LossScaler, ScalerStats
 if TYPE_CHECKING:
     from torch.optim.lr_scheduler import LRScheduler
 
-__all__ = ["MixedPrecision", "StepResult", "loss_tensor", "validate_param_dtypes"]
+__all__ = ["MixedPrecision", "StepResult", "clip_order", "loss_tensor", "validate_param_dtypes"]
 
 
 #: The constructor's own keywords (for the did-you-mean of a mistyped one).
@@ -112,6 +113,28 @@ def loss_tensor(loss: Any) -> torch.Tensor:
         f"mp.backward: got {seen}. Pass the scalar loss tensor, or a model output holding it "
         "(.loss, or a dict with 'loss'), e.g. mp.backward(outputs.loss)."
     )
+
+
+def clip_order(
+    optimizers: Sequence[torch.optim.Optimizer], models: Sequence[torch.nn.Module] = ()
+) -> list[torch.nn.Parameter]:
+    """The optimizers' parameters in the order a hand-written loop clips them.
+
+    ``clip_grad_norm_`` sums the per-parameter norms in the order it is given them, and a
+    float sum depends on its order: ``clip_grad_norm_(model.parameters())`` and a clip over the
+    optimizer's param groups (weight-decay splits sort them by name) differ in the last bits.
+    So the parameters of ``models`` come first, in ``model.parameters()`` order, then any
+    other parameter of the optimizers in param-group order; each parameter once.
+    """
+    wanted = {id(p): p for opt in optimizers for group in opt.param_groups for p in group["params"]}
+    ordered: dict[int, torch.nn.Parameter] = {}
+    for model in models:
+        for param in model.parameters():
+            if id(param) in wanted:
+                ordered.setdefault(id(param), param)
+    for key, param in wanted.items():
+        ordered.setdefault(key, param)
+    return list(ordered.values())
 
 
 def _check_grad_accum_steps(value: Any) -> None:
@@ -288,6 +311,8 @@ class MixedPrecision:
         self._stepped_since_backward: tuple[int, ...] = ()
         self._session: contextlib.ExitStack | None = None
         self._checked_optimizers: set[int] = set()
+        #: Models seen by prepare_model/accumulate: clipping takes their parameter order.
+        self._clip_models: list[weakref.ref[torch.nn.Module]] = []
 
     def _check_scaler(self, scaler: LossScaler | None, process_group: Any) -> LossScaler:
         if scaler is None:
@@ -323,7 +348,14 @@ class MixedPrecision:
             ConfigurationError: the plan names layers that are not Linears of ``model``.
             MissingDependencyError: fp8 without torchao.
         """
+        self._remember_model(model)
         return self.mode.prepare_model(model)
+
+    def _remember_model(self, model: torch.nn.Module) -> None:
+        """Note ``model`` for the order of clipping's norm (see :meth:`step`)."""
+        if isinstance(model, torch.nn.Module) and all(r() is not model for r in self._clip_models):
+            self._clip_models = [r for r in self._clip_models if r() is not None]
+            self._clip_models.append(weakref.ref(model))
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         """The optimizer to train with (the mode's hook): bf16-true wraps ``optimizer`` in a
@@ -409,6 +441,7 @@ class MixedPrecision:
         grad_accum_steps``: ``backward`` divides by the accumulation itself, so dividing
         first divides twice (gradients ``grad_accum_steps`` times too small, silently).
         """
+        self._remember_model(model)
         if self.is_final_micro_batch:
             yield
             return
@@ -481,7 +514,10 @@ class MixedPrecision:
         """End the micro-batch; on the last one of the window, update the weights.
 
         In order: unscale the gradients, clip them to ``max_grad_norm`` over the optimizer's
-        parameters, call ``optimizer.step()`` unless a gradient is inf/NaN, update the loss
+        parameters (in the parameter order of the model given to :meth:`prepare_model` or
+        :meth:`accumulate`, so the norm is bitwise ``clip_grad_norm_(model.parameters())``
+        whatever the param groups: :func:`clip_order`), call ``optimizer.step()`` unless a
+        gradient is inf/NaN, update the loss
         scale, step ``scheduler`` only if the optimizer stepped, and
         ``optimizer.zero_grad(set_to_none=True)``. One GPU sync for fp16 (the skip decision).
 
@@ -542,14 +578,8 @@ class MixedPrecision:
             self.scaler.unscale_(opt)
         norm = None
         if self.max_grad_norm is not None:
-            params = list(
-                {
-                    id(p): p
-                    for opt in optimizers
-                    for group in opt.param_groups
-                    for p in group["params"]
-                }.values()
-            )
+            models = [m for m in (r() for r in self._clip_models) if m is not None]
+            params = clip_order(optimizers, models)
             norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         stepped = self.scaler.step_all(optimizers)
         self.scaler.update()

@@ -29,20 +29,28 @@ else does. With ``enabled=False`` every method is a pass-through, so user code n
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
+import warnings
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ampkit._kwargs import check_keywords
-from ampkit._validate import is_int
+from ampkit._validate import is_int, is_number
 from ampkit.errors import ConfigurationError, NonFiniteTrainingError, ScalerStateError
 from ampkit.precision import devices
 from ampkit.precision._kernels import unscale_and_check_
-from ampkit.precision._scaler_rules import STATE_KEYS, settings_problem, state_problem
+from ampkit.precision._scaler_rules import (
+    STATE_KEYS,
+    default_bounds,
+    settings_problem,
+    state_problem,
+    to_fp32,
+)
 
 __all__ = ["GRADSCALER_KEYS", "LossScaler", "ScalerStats"]
 
@@ -102,25 +110,33 @@ class ScalerStats:
 class LossScaler:
     """Dynamic loss scaler for fp16 training. See the module docstring for the call order.
 
-    The first five arguments are ``torch.amp.GradScaler``'s, in its order, so
-    ``LossScaler("cuda", init_scale=2.0**16)`` replaces ``GradScaler("cuda", init_scale=2.0**16)``
-    and :meth:`load_state_dict` accepts a ``GradScaler.state_dict()``. With the default bounds
-    the two compute bitwise the same weights and scales until the scale would leave
-    ``[min_scale, max_scale]`` (GradScaler has no bounds) or ``max_skips_at_min_scale`` stops a
-    run GradScaler would go on skipping.
+    The first five arguments are ``torch.amp.GradScaler``'s, in its order, and so are its
+    public methods (``scale`` of a tensor or nested iterables, ``unscale_``, ``step`` returning
+    what ``optimizer.step()`` returns, ``update(new_scale)``, ``get_scale``, ``is_enabled``,
+    ``get_/set_growth_factor``, ``get_/set_backoff_factor``, ``get_/set_growth_interval``,
+    pickling), so ``LossScaler("cuda", init_scale=2.0**16)`` replaces
+    ``GradScaler("cuda", init_scale=2.0**16)`` and :meth:`load_state_dict` accepts a
+    ``GradScaler.state_dict()``. Optimizers with ``_step_supports_amp_scaling`` (torch's fused
+    Adam/AdamW/SGD) are handed ``grad_scale`` and ``found_inf`` and unscale themselves, as
+    GradScaler does. With the default bounds the two compute bitwise the same weights and
+    scales until the scale would leave ``[min_scale, max_scale]`` (GradScaler has no bounds)
+    or ``max_skips_at_min_scale`` stops a run GradScaler would go on skipping.
 
     Args:
         device: the device the gradients live on (``"cuda"``, ``"cpu"``, ...), as GradScaler's
             first argument; recorded as :attr:`device`. The scale itself is a host number, so
             nothing is allocated on it.
-        init_scale: the first scale. Must lie in ``[min_scale, max_scale]``.
+        init_scale: the first scale: a positive number finite in fp32 (it is kept in fp32, as
+            GradScaler keeps it). The default bounds widen to take it in.
         growth_factor: multiplier after ``growth_interval`` clean steps; must be > 1.
         backoff_factor: multiplier on overflow; must be in (0, 1).
         growth_interval: clean steps between growths; integer >= 1.
         enabled: when False, ``scale`` returns the loss unchanged, ``unscale_`` does nothing and
             ``step`` always steps; counters still count steps.
-        min_scale: the scale never backs off below this (> 0).
-        max_scale: the scale never grows above this.
+        min_scale: the scale never backs off below this (> 0). None: 1.0, or ``init_scale``
+            when that is smaller.
+        max_scale: the scale never grows above this (finite in fp32). None: ``2**24``, or
+            ``init_scale`` when that is larger.
         hysteresis: overflows tolerated since the scale last changed before backing off
             (1 = back off on every overflow, as ``torch.amp.GradScaler`` does). Every overflow
             still skips its step.
@@ -143,21 +159,22 @@ class LossScaler:
         growth_interval: int = 2000,
         enabled: bool = True,
         *,
-        min_scale: float = 1.0,
-        max_scale: float = 2.0**24,
+        min_scale: float | None = None,
+        max_scale: float | None = None,
         hysteresis: int = 1,
         max_skips_at_min_scale: int | None = 10,
         history_size: int = 1024,
         process_group: Any = None,
     ) -> None:
+        low, high = default_bounds(init_scale, min_scale, max_scale)
         problem = settings_problem(
             enabled=enabled,
             growth_factor=growth_factor,
             backoff_factor=backoff_factor,
             growth_interval=growth_interval,
             hysteresis=hysteresis,
-            min_scale=min_scale,
-            max_scale=max_scale,
+            min_scale=low,
+            max_scale=high,
             scale=init_scale,
             max_skips_at_min_scale=max_skips_at_min_scale,
             history_size=history_size,
@@ -178,12 +195,12 @@ class LossScaler:
         self.growth_factor = float(growth_factor)
         self.backoff_factor = float(backoff_factor)
         self.growth_interval = growth_interval
-        self.min_scale = float(min_scale)
-        self.max_scale = float(max_scale)
+        self.min_scale = float(low)  # type: ignore[arg-type]
+        self.max_scale = float(high)  # type: ignore[arg-type]
         self.hysteresis = hysteresis
         self.max_skips_at_min_scale = max_skips_at_min_scale
         self.process_group = process_group
-        self._scale = float(init_scale)
+        self._scale = to_fp32(init_scale)
         self._growth_tracker = 0
         self._hysteresis_left = hysteresis
         self._steps = 0
@@ -193,8 +210,15 @@ class LossScaler:
         self._history: deque[tuple[int, float]] = deque([(0, self._scale)], maxlen=history_size)
         self._per_optimizer: dict[int, _OptRecord] = {}
         self._last_found_inf = False
+        self._scale_tensors: dict[torch.device, tuple[float, torch.Tensor]] = {}
 
-    # -- queries -------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the settings and counters; the per-device scale tensors are a cache."""
+        state = self.__dict__.copy()
+        state["_scale_tensors"] = {}
+        return state
+
+    # -- queries and settings (GradScaler's names) ----------------------------------------
 
     def is_enabled(self) -> bool:
         """Whether loss scaling is active."""
@@ -203,6 +227,67 @@ class LossScaler:
     def get_scale(self) -> float:
         """The current scale (1.0 when disabled). A host value: no GPU sync."""
         return self._scale if self._enabled else 1.0
+
+    def get_growth_factor(self) -> float:
+        """The scale's multiplier after ``growth_interval`` clean steps."""
+        return self.growth_factor
+
+    def set_growth_factor(self, new_factor: float) -> None:
+        """Set the growth factor (a finite number > 1).
+
+        Raises:
+            ConfigurationError: ``new_factor`` is out of range.
+        """
+        self._check_setting("growth_factor", new_factor)
+        self.growth_factor = float(new_factor)
+
+    def get_backoff_factor(self) -> float:
+        """The scale's multiplier on an overflow."""
+        return self.backoff_factor
+
+    def set_backoff_factor(self, new_factor: float) -> None:
+        """Set the backoff factor (in (0, 1)).
+
+        Raises:
+            ConfigurationError: ``new_factor`` is out of range.
+        """
+        self._check_setting("backoff_factor", new_factor)
+        self.backoff_factor = float(new_factor)
+
+    def get_growth_interval(self) -> int:
+        """Clean steps between two growths of the scale."""
+        return self.growth_interval
+
+    def set_growth_interval(self, new_interval: int) -> None:
+        """Set the growth interval (an integer >= 1). The clean steps counted so far stay
+        counted; the scale grows when they reach the new interval.
+
+        Raises:
+            ConfigurationError: ``new_interval`` is out of range.
+        """
+        self._check_setting("growth_interval", new_interval)
+        self.growth_interval = new_interval
+        self._growth_tracker = min(self._growth_tracker, new_interval - 1)
+
+    def _check_setting(self, name: str, value: object) -> None:
+        settings: dict[str, Any] = {
+            "growth_factor": self.growth_factor,
+            "backoff_factor": self.backoff_factor,
+            "growth_interval": self.growth_interval,
+            name: value,
+        }
+        problem = settings_problem(
+            hysteresis=self.hysteresis,
+            min_scale=self.min_scale,
+            max_scale=self.max_scale,
+            scale=self._scale,
+            **settings,
+        )
+        if problem:
+            name, value, allowed = problem
+            raise ConfigurationError(
+                f"LossScaler.set_{name}: {value!r} is invalid. {name} must be {allowed}."
+            )
 
     @property
     def stats(self) -> ScalerStats:
@@ -222,11 +307,39 @@ class LossScaler:
 
     # -- the step protocol ---------------------------------------------------------------
 
-    def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        """Return ``loss * scale`` (``loss`` itself when disabled), ready for ``backward()``."""
+    def _scale_tensor(self, device: torch.device) -> torch.Tensor:
+        """The scale as a 0-dim fp32 tensor on ``device`` (made once per scale and device)."""
+        value, cached = self._scale_tensors.get(device, (None, None))
+        if cached is None or value != self._scale:
+            cached = torch.full((), self._scale, dtype=torch.float32, device=device)
+            self._scale_tensors[device] = (self._scale, cached)
+        return cached
+
+    def scale(self, outputs: Any) -> Any:
+        """Multiply a tensor, or the tensors of a (nested) list, tuple or other iterable, by
+        the scale; returned unchanged when disabled. Ready for ``backward()``.
+
+        The scale is a 0-dim fp32 tensor, as GradScaler's: an fp16 scalar loss comes back in
+        fp32 (an fp16 loss times 65536 would overflow to inf), a loss of another shape keeps
+        its dtype. Lists and tuples come back as lists and tuples; other iterables as lazy
+        iterators (``map``), as GradScaler returns them.
+
+        Raises:
+            ConfigurationError: ``outputs`` holds something that is not a tensor (a
+                ``ValueError``, as GradScaler raises).
+        """
         if not self._enabled:
-            return loss
-        return loss * self._scale
+            return outputs
+        if isinstance(outputs, torch.Tensor):
+            return outputs * self._scale_tensor(outputs.device)
+        if isinstance(outputs, (list, tuple)):
+            return type(outputs)(self.scale(item) for item in outputs)
+        if isinstance(outputs, Iterable) and not isinstance(outputs, (str, bytes)):
+            return map(self.scale, outputs)
+        raise ConfigurationError(
+            f"LossScaler.scale: got a {type(outputs).__name__}. Pass a tensor (the loss) or an "
+            "iterable of tensors (several losses)."
+        )
 
     def _record_for(self, optimizer: torch.optim.Optimizer) -> _OptRecord:
         return self._per_optimizer.setdefault(id(optimizer), _OptRecord())
@@ -238,6 +351,8 @@ class LossScaler:
 
         Raises:
             ScalerStateError: called twice, or after ``step()``, before ``update()``.
+            ConfigurationError: a gradient is fp16 (a ``ValueError``, as GradScaler raises):
+                the weights are fp16 (``model.half()``), which lose small updates and overflow.
         """
         if not self._enabled:
             return
@@ -251,12 +366,22 @@ class LossScaler:
             raise ScalerStateError(
                 "unscale_() was called after step() and before update(). " + _CALL_ORDER
             )
-        params = (p for group in optimizer.param_groups for p in group["params"])
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        half = sum(p.grad is not None and p.grad.dtype == torch.float16 for p in params)
+        if half:
+            raise ConfigurationError(
+                f"LossScaler.unscale_: {half} of the optimizer's gradients are fp16, so its "
+                "parameters are fp16 (model.half() or .to(torch.float16)). Loss scaling is for "
+                "fp32 weights trained under fp16 autocast; fp16 weights lose every update "
+                "smaller than half an fp16 ulp. Keep the model in fp32 and run the forward "
+                "under torch.autocast(device_type, dtype=torch.float16)."
+            )
         record.found_inf = unscale_and_check_(params, 1.0 / self._scale)
         record.state = _OptState.UNSCALED
 
-    def _found_inf(self, found: dict[torch.device, torch.Tensor]) -> bool:
-        """Reduce the per-device flags to one decision, the same on every rank."""
+    def _found_inf_tensor(self, found: dict[torch.device, torch.Tensor]) -> torch.Tensor | None:
+        """Reduce the per-device flags to one 0-dim tensor, the same on every rank (None: no
+        gradient here and no other rank to ask)."""
         dist = torch.distributed
         distributed = (
             dist.is_available()
@@ -265,7 +390,7 @@ class LossScaler:
         )
         if not found:
             if not distributed:
-                return False
+                return None
             # This rank has no gradients but must still take part in the collective.
             device = devices.collective_device(dist.get_backend(self.process_group))
             found = {device: torch.zeros((), device=device)}
@@ -273,15 +398,27 @@ class LossScaler:
         total = torch.stack([flag.to(first.device) for flag in found.values()]).amax()
         if distributed:
             dist.all_reduce(total, op=dist.ReduceOp.MAX, group=self.process_group)
-        return bool(total.item())  # the one GPU sync per step: the step must know to skip
+        return total
 
-    def step(
-        self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None
-    ) -> bool:
-        """Unscale if not done yet, then call ``optimizer.step()`` unless a gradient is inf/NaN.
+    def _found_inf(self, found: dict[torch.device, torch.Tensor]) -> bool:
+        """Reduce the per-device flags to one decision, the same on every rank."""
+        total = self._found_inf_tensor(found)
+        return total is not None and bool(total.item())  # the one GPU sync per step
+
+    def step(self, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        """Unscale if not done yet, then call ``optimizer.step(*args, **kwargs)`` unless a
+        gradient is inf/NaN.
+
+        An optimizer with ``_step_supports_amp_scaling = True`` unscales and skips by itself,
+        as with GradScaler: its ``step`` is called with ``grad_scale`` (the scale, or None
+        after ``unscale_``) and ``found_inf`` set on it, or, if its ``step`` takes a
+        ``grad_scaler`` keyword, with ``grad_scaler=self`` (a ``FutureWarning``: GradScaler
+        is retiring that form).
 
         Returns:
-            True if the optimizer stepped, False if the step was skipped.
+            What ``optimizer.step()`` returned; None when the step was skipped. Whether it
+            was skipped: :meth:`step_all` returns it, and :attr:`last_step_skipped` after
+            :meth:`update`.
 
         Raises:
             ScalerStateError: ``step()`` called twice before ``update()``.
@@ -290,10 +427,9 @@ class LossScaler:
         """
         record = self._record_for(optimizer)
         if not self._enabled:
-            optimizer.step() if closure is None else optimizer.step(closure)
             record.state = _OptState.STEPPED
-            return True
-        if closure is not None:
+            return optimizer.step(*args, **kwargs)
+        if "closure" in kwargs or (args and callable(args[0])):
             raise ConfigurationError(
                 "LossScaler.step: closures are not supported with fp16 loss scaling (the "
                 "closure's loss would be unscaled). Use bf16 or fp32 with closure-based "
@@ -304,13 +440,51 @@ class LossScaler:
                 "step() has already been called on this optimizer since the last update(). "
                 + _CALL_ORDER
             )
+        if getattr(optimizer, "_step_supports_amp_scaling", False):
+            return self._step_self_scaling(optimizer, record, args, kwargs)
         if record.state is _OptState.READY:
             self.unscale_(optimizer)
         record.skipped = self._found_inf(record.found_inf or {})
-        if not record.skipped:
-            optimizer.step()
         record.state = _OptState.STEPPED
-        return not record.skipped
+        return None if record.skipped else optimizer.step(*args, **kwargs)
+
+    def _step_self_scaling(
+        self, optimizer: Any, record: _OptRecord, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """``step`` of an optimizer that unscales and skips by itself (GradScaler's contract)."""
+        if "grad_scaler" in inspect.signature(optimizer.step).parameters:
+            warnings.warn(
+                "LossScaler.step: this optimizer's step() takes grad_scaler=; the scaler passes "
+                "itself, as torch.amp.GradScaler does for now. GradScaler is retiring that form "
+                "for the grad_scale and found_inf attributes: drop the grad_scaler parameter "
+                "and read optimizer.grad_scale / optimizer.found_inf instead.",
+                FutureWarning,
+                stacklevel=3,
+            )
+            result = optimizer.step(*args, **{**kwargs, "grad_scaler": self})
+            record.skipped = self._found_inf(record.found_inf or {})
+            record.state = _OptState.STEPPED
+            return result
+        if record.state is _OptState.READY:
+            # Check without unscaling (a multiply by 1): the optimizer unscales in its kernel.
+            params = (p for group in optimizer.param_groups for p in group["params"])
+            record.found_inf = unscale_and_check_(params, 1.0)
+        found = self._found_inf_tensor(record.found_inf or {})
+        device = found.device if found is not None else self.device or torch.device("cpu")
+        if found is None:
+            found = torch.zeros((), dtype=torch.float32, device=device)
+        if record.state is _OptState.UNSCALED:
+            optimizer.grad_scale = getattr(optimizer, "grad_scale", None)
+        else:
+            optimizer.grad_scale = self._scale_tensor(device) * getattr(optimizer, "grad_scale", 1)
+        optimizer.found_inf = found
+        try:
+            result = optimizer.step(*args, **kwargs)
+        finally:
+            del optimizer.grad_scale, optimizer.found_inf
+        record.skipped = bool(found.item())  # the step's one sync, as for other optimizers
+        record.state = _OptState.STEPPED
+        return result
 
     def step_all(self, optimizers: Sequence[torch.optim.Optimizer]) -> bool:
         """Step every optimizer of one iteration, or none of them: one decision to skip.
@@ -334,8 +508,6 @@ class LossScaler:
                 f"LossScaler.step_all: got {len(optimizers)} optimizers, some of them the same "
                 "one or none at all; pass each optimizer of the iteration once."
             )
-        if len(optimizers) == 1:
-            return self.step(optimizers[0])
         records = [self._record_for(o) for o in optimizers]
         if any(r.state is _OptState.STEPPED for r in records):
             raise ScalerStateError(
@@ -361,16 +533,30 @@ class LossScaler:
             record.state = _OptState.STEPPED
         return not skipped
 
-    def update(self) -> None:
+    def update(self, new_scale: float | torch.Tensor | None = None) -> None:
         """Adjust the scale from this iteration's overflow result, once per iteration.
 
+        ``new_scale`` (a number, or a 1-element tensor without grad) sets the scale instead,
+        as GradScaler's ``update(new_scale)`` does: the growth tracker and hysteresis are left
+        as they are, and the iteration's steps (if any) are still counted.
+
         Raises:
-            ScalerStateError: no ``step()`` since the last ``update()``.
+            ScalerStateError: no ``step()`` since the last ``update()`` (and no ``new_scale``).
+            ConfigurationError: ``new_scale`` is not a positive number within
+                ``[min_scale, max_scale]``.
             NonFiniteTrainingError: ``max_skips_at_min_scale`` consecutive steps were skipped at
                 ``min_scale``: gradients are inf/NaN whatever the scale, so the model itself
                 produces them.
         """
         stepped = [r for r in self._per_optimizer.values() if r.state is _OptState.STEPPED]
+        if new_scale is not None:
+            value = self._check_new_scale(new_scale)
+            self._per_optimizer.clear()
+            if stepped:
+                self._count_outcome(any(r.skipped for r in stepped))
+            if self._enabled:
+                self._set_scale(value)
+            return
         if not stepped:
             raise ScalerStateError(
                 "update() was called without a step() since the last update(). " + _CALL_ORDER
@@ -379,24 +565,47 @@ class LossScaler:
         self._per_optimizer.clear()
         self._apply_outcome(found_inf)
 
-    def _apply_outcome(self, found_inf: bool) -> None:
-        """Apply one iteration's outcome to the counters and the scale (host arithmetic only)."""
+    def _check_new_scale(self, new_scale: object) -> float:
+        value: object = new_scale
+        if isinstance(new_scale, torch.Tensor):
+            if new_scale.numel() != 1 or new_scale.requires_grad:
+                raise ConfigurationError(
+                    f"LossScaler.update: new_scale is a tensor of shape {tuple(new_scale.shape)}"
+                    f"{' that requires grad' if new_scale.requires_grad else ''}. Pass a number "
+                    "or a 1-element tensor with requires_grad=False."
+                )
+            value = new_scale.item()
+        if not (is_number(value) and self.min_scale <= value <= self.max_scale):
+            raise ConfigurationError(
+                f"LossScaler.update: new_scale={value!r} is invalid. It must be a number within "
+                f"[min_scale, max_scale] = [{self.min_scale:g}, {self.max_scale:g}]."
+            )
+        return to_fp32(value)
+
+    def _count_outcome(self, found_inf: bool) -> None:
+        """Count one iteration's outcome (telemetry only; the scale is not touched)."""
         self._steps += 1
         self._last_found_inf = found_inf
+        if found_inf:
+            self._skipped += 1
+            self._consecutive_skips += 1
+        else:
+            self._consecutive_skips = 0
+            self._skips_at_min = 0
+
+    def _apply_outcome(self, found_inf: bool) -> None:
+        """Apply one iteration's outcome to the counters and the scale (host arithmetic only)."""
+        at_min = self._scale <= self.min_scale
+        self._count_outcome(found_inf)
         if not self._enabled:
             return
         if not found_inf:
-            self._consecutive_skips = 0
-            self._skips_at_min = 0
             self._growth_tracker += 1
             if self._growth_tracker == self.growth_interval:
                 self._growth_tracker = 0
                 self._hysteresis_left = self.hysteresis
                 self._set_scale(min(self._scale * self.growth_factor, self.max_scale))
             return
-        at_min = self._scale <= self.min_scale
-        self._skipped += 1
-        self._consecutive_skips += 1
         self._skips_at_min = self._skips_at_min + 1 if at_min else 0
         self._growth_tracker = 0
         self._hysteresis_left -= 1
@@ -413,6 +622,7 @@ class LossScaler:
             )
 
     def _set_scale(self, value: float) -> None:
+        value = to_fp32(value)
         if value != self._scale:
             self._scale = value
             self._history.append((self._steps, value))

@@ -70,7 +70,7 @@ def to_bf16_true(
     the cast still holds them.
 
     Args:
-        model: the model, in fp32.
+        model: the model, in fp32 (or built in bf16: kept modules are then cast up to fp32).
         keep_fp32: module names or types to keep in fp32 (with their submodules); None keeps
             :func:`default_keep_fp32`, ``()`` casts everything.
 
@@ -90,6 +90,12 @@ def to_bf16_true(
             fp32_tensors.update(id(t) for t in module.buffers(recurse=False))
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:
-            if tensor.is_floating_point() and id(tensor) not in fp32_tensors:
+            if not tensor.is_floating_point():
+                continue
+            if id(tensor) not in fp32_tensors:
                 tensor.data = tensor.data.to(torch.bfloat16)
+            elif tensor.dtype == torch.bfloat16:
+                # built in bf16 (a bf16 default dtype while the model was made): the islands
+                # are fp32 from here on, starting from the bf16-rounded initial values
+                tensor.data = tensor.data.to(torch.float32)
     return kept
