@@ -288,7 +288,7 @@ class TrainConfig:
             (
                 "dist_timeout",
                 is_number(self.dist_timeout) and self.dist_timeout > 0,
-                "a finite positive number of seconds",
+                "a positive number of seconds, finite",
             ),
             ("init_scale", is_number(self.init_scale) and self.init_scale > 0, "a positive number"),
             (
