@@ -115,7 +115,7 @@ def test_an_infinite_dist_timeout_is_refused_before_any_work():
         result = invoke("--dist-timeout", value, "--print-config")
         lines = [line for line in result.output.splitlines() if line.strip()]
         assert result.exit_code == 2 and len(lines) == 1, result.output
-        assert "--dist-timeout must be a finite positive number of seconds" in lines[0]
+        assert "--dist-timeout must be a positive number of seconds, finite" in lines[0]
 
 
 def _other_value(row) -> list[str]:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -42,6 +42,9 @@ from ampkit.errors import ConfigurationError, PrecisionWarning
 from ampkit.integrations import LOSS_SCALE, LOST_UPDATES, NONFINITE_STEP, SKIPPED_STEPS
 from ampkit.integrations._deps import require
 from ampkit.precision.scaler import LossScaler, ScalerStats
+
+if TYPE_CHECKING:
+    from ampkit.precision.modes import PrecisionMode
 
 _pl = require("lightning.pytorch", feature="ampkit.integrations.lightning", extra="lightning")
 _Precision: Any = _pl.plugins.precision.Precision
@@ -92,7 +95,7 @@ class AmpkitPrecision(_Precision):
 
     def __init__(
         self,
-        precision: Any = "auto",
+        precision: str | PrecisionMode = "auto",
         device: torch.device | str | None = None,
         *,
         scaler: LossScaler | None = None,

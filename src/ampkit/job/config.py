@@ -42,6 +42,8 @@ def setting(
     show_default: bool | str = True,
     on_resume: OnResume = "compared",
     mode_option: bool = False,
+    unset_means: Any = None,
+    added_later: bool = False,
 ) -> Any:
     """One row of the table: a :class:`TrainConfig` field with its command-line option.
 
@@ -56,6 +58,10 @@ def setting(
         show_default: ``--help`` shows the default (a string: shows that text instead).
         on_resume: what a resume does with it (:data:`OnResume`).
         mode_option: an option of the precision mode, passed to its constructor by name.
+        unset_means: the value None stands for (the mode's default), so that a resume may
+            give either.
+        added_later: checkpoints of older runs may lack it; such a record is compared as if
+            it held None (the run then had the default).
     """
     return field(
         default=default,
@@ -68,6 +74,8 @@ def setting(
             "show_default": show_default,
             "on_resume": on_resume,
             "mode_option": mode_option,
+            "unset_means": unset_means,
+            "added_later": added_later,
         },
     )
 
@@ -212,6 +220,7 @@ class TrainConfig:
         choices=("kahan", "stochastic", "none"),
         show_default=False,
         mode_option=True,
+        unset_means="kahan",
     )
     state_precision: str | None = setting(
         None,
@@ -221,6 +230,8 @@ class TrainConfig:
         choices=("fp32", "bf16-stochastic", "bf16-kahan", "bf16"),
         show_default=False,
         mode_option=True,
+        unset_means="fp32",
+        added_later=True,
     )
     loggers: tuple[str, ...] = setting(
         (),
@@ -288,7 +299,7 @@ class TrainConfig:
             (
                 "dist_timeout",
                 is_number(self.dist_timeout) and self.dist_timeout > 0,
-                "a finite positive number of seconds",
+                "a positive number of seconds, finite",
             ),
             ("init_scale", is_number(self.init_scale) and self.init_scale > 0, "a positive number"),
             (
@@ -393,8 +404,8 @@ class Setting:
         default: the default.
         optional: None is allowed (unset).
         many: a tuple of values (a repeatable option, a TOML array).
-        help, flag, choices, metavar, path, show_default, on_resume, mode_option: as
-            :func:`setting`.
+        help, flag, choices, metavar, path, show_default, on_resume, mode_option,
+            unset_means, added_later: as :func:`setting`.
     """
 
     name: str
@@ -410,6 +421,8 @@ class Setting:
     show_default: bool | str
     on_resume: OnResume
     mode_option: bool
+    unset_means: Any
+    added_later: bool
 
     @property
     def option(self) -> str | None:
@@ -493,6 +506,8 @@ def _row(item: Field[Any], hint: Any) -> Setting:
         show_default=meta["show_default"],
         on_resume=meta["on_resume"],
         mode_option=meta["mode_option"],
+        unset_means=meta["unset_means"],
+        added_later=meta["added_later"],
     )
 
 

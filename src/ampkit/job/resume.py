@@ -46,11 +46,12 @@ CARRIED = tuple(row.name for row in settings() if row.on_resume == "carried")
 _SCALER = frozenset({"init_scale", "growth_interval"})
 #: Settings added after checkpoints first recorded theirs, with the value a record without
 #: them was trained with: such a record is compared as if it held that value (a bf16 state
-#: asked for on the resume of an older checkpoint, whose state is fp32, is refused).
-_ADDED: dict[str, Any] = {"state_precision": None}
-#: What an option left unset means (bf16-true's defaults): unset and the default spelled out
-#: are the same run, so a resume may give either.
-_DEFAULTS: dict[str, Any] = {"update_compensation": "kahan", "state_precision": "fp32"}
+#: asked for on the resume of an older checkpoint, whose state is fp32, is refused; the
+#: table's ``added_later`` rows).
+_ADDED: dict[str, Any] = {row.name: None for row in settings() if row.added_later}
+#: What an option left unset means (the table's ``unset_means``: a mode's defaults): unset and
+#: the default spelled out are the same run, so a resume may give either.
+_DEFAULTS: dict[str, Any] = {r.name: r.unset_means for r in settings() if r.unset_means is not None}
 
 
 def _effective(name: str, value: Any) -> Any:

@@ -119,10 +119,10 @@ class ModeField:
 class PrecisionMode:
     """One precision mode: the hooks a training run calls (module doc: the order).
 
-    A subclass sets :attr:`precisions` (the canonical names it trains in) and
-    :attr:`options` (the :class:`~ampkit.MixedPrecision` keywords it owns, mapped to its
-    constructor's), overrides :meth:`from_parsed` when its constructor does not take the
-    precision first, and overrides the hooks it needs. :attr:`name` is the canonical precision
+    A subclass sets :attr:`precisions` (the canonical names it trains in), takes its options
+    as keyword-only constructor parameters (held by the object), declares what it reports
+    (:attr:`metric_fields`, :attr:`result_field_specs`), overrides :meth:`from_parsed` when its
+    constructor does not take the precision first, and overrides the hooks it needs. :attr:`name` is the canonical precision
     of the object; :meth:`resolve` turns it into a :class:`Policy`.
 
     Args:
@@ -136,8 +136,10 @@ class PrecisionMode:
     #: The canonical precisions this class trains in (its registry keys).
     precisions: ClassVar[tuple[str, ...]] = ()
 
-    #: ``MixedPrecision`` keyword -> this class's constructor keyword, for the options the
-    #: mode owns (``fp8_plan`` -> ``plan``). Given for another mode, such an option is refused.
+    #: The old ``MixedPrecision``/``AmpkitPrecision`` keywords of the mode's options -> its
+    #: constructor's keyword (``fp8_plan`` -> ``plan``), kept for one release with a
+    #: ``DeprecationWarning`` (:mod:`ampkit.precision.modes._deprecated`). A new option needs
+    #: no entry: it is a constructor keyword only.
     options: ClassVar[Mapping[str, str]] = {}
 
     #: The keys :meth:`step_metrics` may return (each logged step's metrics row).
