@@ -113,7 +113,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"checkpoint", "models"}),  # the on-disk format; models by name
     frozenset({"doctor", "lint"}),  # diagnosis of a model; of source code (no torch)
     frozenset({"trainer"}),
-    frozenset({"bench", "deploy", "gpt", "integrations"}),  # products on the Trainer and the doctor
+    # products on the Trainer and the doctor; report reads run folders, compare runs two settings
+    frozenset({"bench", "compare", "deploy", "gpt", "integrations", "report"}),
     frozenset({"cli"}),
     frozenset({"", "callbacks", "__main__"}),  # the public faces
 )
