@@ -113,8 +113,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"checkpoint", "models"}),  # the on-disk format; models by name
     frozenset({"doctor", "lint"}),  # diagnosis of a model; of source code (no torch)
     frozenset({"trainer"}),
-    # products on the Trainer and the doctor; report reads run folders, compare runs two settings
-    frozenset({"bench", "compare", "deploy", "gpt", "integrations", "report"}),
+    # products on the Trainer and the doctor; runs: `ampkit report`, divergence: `ampkit compare`
+    frozenset({"bench", "deploy", "divergence", "gpt", "integrations", "runs"}),
     frozenset({"cli"}),
     frozenset({"", "callbacks", "__main__"}),  # the public faces
 )

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from ampkit.cli import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "report"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "runs"))
 from report_runs import noisy_curve, write_run  # noqa: E402
 
 

@@ -81,7 +81,7 @@ def report(**options: Any) -> None:
     from ampkit.cli.outputs import check_output, writing
     from ampkit.cli.progress import Progress
     from ampkit.errors import ConfigurationError
-    from ampkit.report import report as make_report
+    from ampkit.runs import report as make_report
 
     check_output(options["html_path"], "--out", creates_folders=True)
     check_output(options["json_path"], "--json")

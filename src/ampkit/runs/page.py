@@ -9,9 +9,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ampkit.report.plots import COLORS, Plot
-from ampkit.report.runs import Run, RunGroup
-from ampkit.report.verdict import METHOD, Verdict
+from ampkit.runs.plots import COLORS, Plot
+from ampkit.runs.runs import Run, RunGroup
+from ampkit.runs.verdict import METHOD, Verdict
 
 __all__ = ["render_html", "render_text", "run_facts"]
 

@@ -14,7 +14,7 @@ from report_runs import TINY
 
 import ampkit
 from ampkit.errors import PrecisionWarning
-from ampkit.report import report
+from ampkit.runs import report
 
 pytestmark = pytest.mark.slow  # three real runs: ~10 s together on a 2-core CPU
 
@@ -60,7 +60,7 @@ def test_a_broken_fp16_run_is_worse(runs):
 def test_the_broken_runs_skipped_steps_are_marked(runs):
     from matplotlib.figure import Figure
 
-    from ampkit.report.plots import _mark_skipped
+    from ampkit.runs.plots import _mark_skipped
 
     rows = [json.loads(line) for line in (runs["broken"] / "metrics.jsonl").read_text().split()]
     skipped = [r["step"] for r in rows if r["skipped"]]

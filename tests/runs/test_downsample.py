@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ampkit.report.downsample import envelope
+from ampkit.runs.downsample import envelope
 
 
 def test_a_single_spike_in_100k_steps_is_kept_at_full_height():

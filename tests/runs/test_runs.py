@@ -8,7 +8,7 @@ import pytest
 from report_runs import noisy_curve, write_run
 
 from ampkit.errors import ConfigurationError, DataError
-from ampkit.report import load_run, report
+from ampkit.runs import load_run, report
 
 
 def test_a_torn_last_row_is_left_out(tmp_path):

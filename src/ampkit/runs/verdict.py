@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ampkit.report.runs import RunGroup
+from ampkit.runs.runs import RunGroup
 
 __all__ = ["METHOD", "Verdict", "compare_groups"]
 

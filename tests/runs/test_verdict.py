@@ -7,7 +7,7 @@ import math
 import numpy as np
 from report_runs import noisy_curve, write_run
 
-from ampkit.report import report
+from ampkit.runs import report
 
 
 def _seed_set(tmp_path, name, offsets, *, shift=0.0, precision="fp32", noise=0.0):

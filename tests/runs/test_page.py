@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from report_runs import noisy_curve, write_run
 
-from ampkit.report import report
-from ampkit.report.verdict import METHOD
+from ampkit.runs import report
+from ampkit.runs.verdict import METHOD
 
 CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(
@@ -45,8 +45,8 @@ def test_page_is_self_contained_with_a_plot_per_series(two_runs, tmp_path):
 def test_skipped_steps_are_marked_on_the_loss_curve(two_runs):
     from matplotlib.figure import Figure
 
-    from ampkit.report.plots import _mark_skipped
-    from ampkit.report.runs import load_run
+    from ampkit.runs.plots import _mark_skipped
+    from ampkit.runs.runs import load_run
 
     run = load_run(two_runs[1])
     ax = Figure().subplots()

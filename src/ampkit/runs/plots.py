@@ -4,7 +4,7 @@ global state is never touched), one figure per logged series, every run on share
 matplotlib is a core dependency already (the doctor draws with it), needs no JavaScript in
 the page and writes the same figure as PNG for ``--png``; a page of PNG images stays the same
 size whatever the number of steps, since every series is reduced to a min/max envelope of at
-most ``points`` buckets first (:mod:`ampkit.report.downsample`).
+most ``points`` buckets first (:mod:`ampkit.runs.downsample`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ampkit.report.downsample import envelope
-from ampkit.report.runs import SERIES, Run, RunGroup
+from ampkit.runs.downsample import envelope
+from ampkit.runs.runs import SERIES, Run, RunGroup
 
 __all__ = ["COLORS", "Plot", "draw_plots"]
 

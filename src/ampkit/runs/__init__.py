@@ -4,7 +4,7 @@
 gathers runs that differ only in their seed into seed sets, and returns a
 :class:`RunReport`: the plots of every logged series with all runs on shared axes, a header
 per run, and, for two settings or more, whether each one's loss is within the noise of the
-first (:mod:`ampkit.report.verdict`). It renders as one self-contained HTML page
+first (:mod:`ampkit.runs.verdict`). It renders as one self-contained HTML page
 (:meth:`RunReport.to_html`, also Jupyter's inline display), PNG files (:meth:`RunReport.write_pngs`),
 JSON and text.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 
 from ampkit._files import json_safe
 from ampkit.errors import ConfigurationError
-from ampkit.report.page import render_html, render_text, run_facts
-from ampkit.report.plots import Plot, draw_plots
-from ampkit.report.runs import Run, RunGroup, group_runs, load_run
-from ampkit.report.verdict import METHOD, Verdict, compare_groups
+from ampkit.runs.page import render_html, render_text, run_facts
+from ampkit.runs.plots import Plot, draw_plots
+from ampkit.runs.runs import Run, RunGroup, group_runs, load_run
+from ampkit.runs.verdict import METHOD, Verdict, compare_groups
 
 __all__ = ["ALIGNS", "Run", "RunGroup", "RunReport", "Verdict", "load_run", "report"]
 
