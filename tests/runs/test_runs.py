@@ -56,3 +56,16 @@ def test_labels_and_alignment_are_checked(tmp_path):
     with pytest.raises(ConfigurationError, match="align: 'epoch' is not"):
         report([run], align="epoch")
     assert report([run], labels=["mine"]).groups[0].label == "mine"
+
+
+def test_a_report_imports_no_torch(tmp_path):
+    import subprocess
+    import sys
+
+    run = write_run(tmp_path / "a", noisy_curve(0, steps=30))
+    code = (
+        "import sys, ampkit\n"
+        f"ampkit.report([{str(run)!r}]).render_html()\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
