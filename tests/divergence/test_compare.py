@@ -116,3 +116,30 @@ def test_settings_are_read_and_refused_by_name():
         ampkit.compare("gpt", "fp32", "bf16", tolerance=0)
     with pytest.raises(ConfigurationError, match="needs batch="):
         ampkit.compare(nn.Linear(2, 2), "fp32", "bf16")
+
+
+def test_two_checkpoints_part_at_the_layer_whose_weights_differ(tmp_path):
+    from ampkit.checkpoint.weights import write_weights
+
+    model, batch = _mlp()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    write_weights(tmp_path / "a.safetensors", state)
+    state["2.weight"] = state["2.weight"] * 1.1  # a later checkpoint moved one layer
+    write_weights(tmp_path / "b.safetensors", state)
+    result = _compare(
+        model, batch, f"fp32@{tmp_path / 'a.safetensors'}", f"fp32@{tmp_path / 'b.safetensors'}"
+    )
+    assert result.first is not None and result.first.module == "2"
+    upstream = [e for e in result.diff.entries if e.module in ("0", "1") and e.kind == "forward"]
+    assert upstream and all(e.bitwise for e in upstream)  # the same weights before it
+    other = nn.Linear(3, 3)
+    with pytest.raises(
+        ConfigurationError, match=r"the weights of .* do not fit the model: 2 missing"
+    ):
+        ampkit.compare(
+            other,
+            f"fp32@{tmp_path / 'a.safetensors'}",
+            "fp32",
+            batch=(torch.randn(2, 3), torch.randn(2, 3)),
+            loss_fn=nn.functional.mse_loss,
+        )

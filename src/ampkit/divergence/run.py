@@ -29,17 +29,34 @@ from ampkit.precision.engine import MixedPrecision, loss_tensor
 __all__ = ["record_setting"]
 
 
-def _load_weights(model: torch.nn.Module, weights: str) -> None:
+def _load_weights(model: torch.nn.Module, weights: str, side: str) -> None:
     from ampkit.checkpoint.folder import read_weights
 
     state = read_weights(weights).tensors
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise ConfigurationError(
-            f"weights: {weights} do not fit the model: {len(missing)} missing "
-            f"({', '.join(missing[:3])}), {len(unexpected)} unexpected "
-            f"({', '.join(unexpected[:3])}). Compare weights of the same model (--model).",
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(own[k].shape)}"
+        for k in own
+        if k in state and state[k].shape != own[k].shape
+    ]
+    if missing or unexpected or shapes:
+        seen = "; ".join(
+            part
+            for part in (
+                f"{len(missing)} missing ({', '.join(missing[:3])})" if missing else "",
+                f"{len(unexpected)} unexpected ({', '.join(unexpected[:3])})" if unexpected else "",
+                f"{len(shapes)} of another shape ({', '.join(shapes[:2])})" if shapes else "",
+            )
+            if part
         )
+        raise ConfigurationError(
+            f"{side}: the weights of {weights} do not fit the model: {seen}. Compare weights of "
+            "the model --model builds (for a run of `ampkit train`, the same --n-layer, "
+            "--n-embd and --seq-len)."
+        )
+    model.load_state_dict(state)
 
 
 def _backward(model: torch.nn.Module, loss: torch.Tensor, scale: float) -> float:
@@ -75,7 +92,7 @@ def record_setting(
     """
     model = copy.deepcopy(built.model)
     if setting.weights is not None:
-        _load_weights(model, setting.weights)
+        _load_weights(model, setting.weights, setting.spelled)
     mp = MixedPrecision(setting.precision, device)
     model = mp.prepare_model(model.to(mp.device))
     runner: Any = model

@@ -107,3 +107,41 @@ def test_every_plot_decodes_in_chromium(two_runs, tmp_path):
     ).stdout
     decoded, total = re.search(r'data-decoded="(\d+)/(\d+)"', dom).groups()
     assert decoded == total and int(total) == page.read_text().count("data:image/png")
+
+
+@needs_chromium
+def test_screenshot_shows_both_runs_curves(two_runs, tmp_path):
+    image_module = pytest.importorskip("PIL.Image")
+    from ampkit.runs.plots import COLORS
+
+    page = report(two_runs).to_html(tmp_path / "report.html")
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={shot}",
+            "--window-size=1200,1600",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    image = image_module.open(shot).convert("RGB")
+    counts = {rgb: n for n, rgb in image.getcolors(maxcolors=1 << 20)}
+
+    def pixels(hex_color: str, tolerance: int = 8) -> int:
+        target = tuple(int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+        return sum(
+            n
+            for rgb, n in counts.items()
+            if all(abs(a - b) <= tolerance for a, b in zip(rgb, target, strict=True))
+        )
+
+    assert pixels(COLORS[0]) > 100 and pixels(COLORS[1]) > 100  # fp32 and fp16 drawn
+    assert pixels("#ffffff", tolerance=0) < 0.97 * 1200 * 1600  # not a blank page
