@@ -65,6 +65,7 @@ def test_png_files_are_the_page_plots(two_runs, tmp_path):
         assert path.read_bytes() == plot.png and plot.png.startswith(b"\x89PNG\r\n\x1a\n")
 
 
+@pytest.mark.slow  # draws two pages of six plots each
 def test_page_size_does_not_grow_with_the_steps(tmp_path):
     short = write_run(tmp_path / "short", noisy_curve(0, steps=3000))
     long = write_run(tmp_path / "long", noisy_curve(0, steps=30_000))
@@ -73,9 +74,13 @@ def test_page_size_does_not_grow_with_the_steps(tmp_path):
 
 
 def test_aligned_by_tokens_the_axis_counts_tokens(two_runs):
+    from ampkit.runs.plots import _xs
+
     result = report(two_runs, align="tokens")
-    assert result.align == "tokens" and result.runs[0].tokens_per_step == 8 * 32
-    assert "aligned by tokens" in result.render_html()
+    run = result.runs[0]
+    assert result.align == "tokens" and run.tokens_per_step == 8 * 32  # batch x sequence
+    assert list(_xs(run, [1, 2, 10], "tokens")) == [256, 512, 2560]
+    assert list(_xs(run, [1, 2, 10], "step")) == [1, 2, 10]
 
 
 @needs_chromium

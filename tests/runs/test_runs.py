@@ -58,6 +58,7 @@ def test_labels_and_alignment_are_checked(tmp_path):
     assert report([run], labels=["mine"]).groups[0].label == "mine"
 
 
+@pytest.mark.slow  # a fresh interpreter importing matplotlib
 def test_a_report_imports_no_torch(tmp_path):
     import subprocess
     import sys
@@ -69,3 +70,15 @@ def test_a_report_imports_no_torch(tmp_path):
         "assert 'torch' not in sys.modules, 'torch imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_header_names_a_resume_that_changed_the_precision(tmp_path):
+    from ampkit.runs.page import run_facts
+
+    run = write_run(tmp_path / "a", [3.0, 2.0, 1.0])
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[2]["precision_change"] = "fp16 -> bf16"  # what the first row after such a resume holds
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    facts = dict(run_facts(load_run(run)))
+    assert facts["precision changes"] == "step 3: fp16 -> bf16"
+    assert facts["precision"] == "fp32" and facts["skipped steps"] == "0"

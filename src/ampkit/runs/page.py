@@ -15,6 +15,8 @@ from ampkit.runs.verdict import METHOD, Verdict
 
 __all__ = ["render_html", "render_text", "run_facts"]
 
+#: The doctor's page style (``doctor.html.PAGE_CSS``) and the report's own classes, written out
+#: here because the doctor's module imports torch and a report must not.
 _CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
@@ -64,6 +66,14 @@ def run_facts(run: Run) -> list[tuple[str, str]]:
         ("update compensation", _fmt(s.get("update_compensation"))),
         ("optimizer state", _fmt(s.get("state_precision"))),
         ("resumed from", _fmt(s.get("resumed_from"))),
+        (
+            "precision changes",
+            "; ".join(
+                f"step {r['step']}: {r['precision_change']}"
+                for r in run.rows
+                if r.get("precision_change")
+            ),
+        ),
         ("notes", "; ".join(map(str, s.get("notes") or []))),
     ]
     if not s:

@@ -33,6 +33,7 @@ SERIES: dict[str, tuple[str, str]] = {
     "tokens_per_s": ("throughput", "tokens/s"),
     "samples_per_s": ("throughput", "samples/s"),
     "step_time_ms": ("step time", "ms"),
+    "mfu": ("model FLOPs utilisation", "MFU"),  # plotted when a row logs it
 }
 
 #: Settings that do not make two runs different experiments (a seed set shares the rest).
