@@ -11,9 +11,12 @@ in another process or on another machine (:func:`load_record`).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,13 +170,30 @@ def load_record(folder: str | Path) -> Record:
 
 
 class Recorder:
-    """The observer of :func:`ampkit.doctor.hooks.observe` that fills a :class:`Record`: each
-    module call's floating outputs and first floating input, in call order."""
+    """Fills a :class:`Record` from forward hooks on every module (:meth:`hooked`): each
+    module call's floating outputs and first floating input, in call order; then, after
+    backward, each module's parameter gradients (:meth:`add_grads`)."""
 
     def __init__(self, record: Record, max_values: int) -> None:
         self.record = record
         self.max_values = max_values
         self._calls: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hooked(self, model: torch.nn.Module) -> Iterator[None]:
+        """A forward hook on every module of ``model`` for a ``with`` block (removed after,
+        error or not). Under ``torch.compile`` each hook is a graph break and runs eagerly:
+        dynamo must not trace the recording itself (hashes, host copies), nor compile the
+        hook's frame (the doctor's hooks would be recompiled per output dtype)."""
+        handles = []
+        try:
+            for name, module in model.named_modules():
+                hook = torch.compiler.disable(functools.partial(self._after_forward, name))
+                handles.append(module.register_forward_hook(hook, with_kwargs=True))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
 
     def add(self, tensor: torch.Tensor, *, key: str, module: str, kind: str) -> None:
         entry, sample = tensor_entry(
@@ -187,13 +207,7 @@ class Recorder:
         self.record.entries.append(entry)
         self.record.samples[key] = sample
 
-    def before_forward(self, name: str, module: Any, args: Any, kwargs: Any) -> None:
-        return None
-
-    # Under torch.compile the hook runs eagerly (a graph break at each module boundary): dynamo
-    # must not trace the recording itself (hashes, host copies).
-    @torch.compiler.disable
-    def after_forward(self, name: str, module: Any, args: Any, kwargs: Any, output: Any) -> None:
+    def _after_forward(self, name: str, module: Any, args: Any, kwargs: Any, output: Any) -> None:
         call = self._calls.get(name, 0)
         self._calls[name] = call + 1
         first = next((t for t in iter_tensors((args, kwargs)) if t.is_floating_point()), None)
@@ -202,9 +216,6 @@ class Recorder:
         outputs = [t for t in iter_tensors(output) if t.is_floating_point()]
         for index, tensor in enumerate(outputs):
             self.add(tensor, key=f"{name}#{call}:out{index}", module=name, kind="forward")
-
-    def param_grad(self, name: str, module: Any, grad: Any) -> None:
-        return None
 
     def add_grads(self, model: torch.nn.Module, scale: float) -> None:
         """Each module's own parameter gradients (flattened together, in fp32, divided by the

@@ -1,5 +1,5 @@
 """Run one side: the model (a copy) on one batch under one :class:`Setting`, forward and
-backward, every module hooked (:func:`ampkit.doctor.hooks.observe`).
+backward, every module hooked (:meth:`Recorder.hooked`).
 
 The step is the engine's: the mode prepares the model (bf16-true casts it, fp8 converts its
 Linears), the forward runs under the mode's autocast, and fp16 scales the loss before backward
@@ -21,7 +21,6 @@ import torch
 from ampkit._tree import to_device
 from ampkit.divergence.recording import Record, Recorder, tensor_entry
 from ampkit.divergence.settings import Setting
-from ampkit.doctor.hooks import observe
 from ampkit.errors import ConfigurationError
 from ampkit.models.built import BuiltModel
 from ampkit.precision.engine import MixedPrecision, loss_tensor
@@ -116,7 +115,7 @@ def record_setting(
     )
     recorder = Recorder(record, max_values)
     model.train()
-    with mp, observe(model, recorder, params=False):
+    with mp, recorder.hooked(model):
         with mp.autocast():
             loss = loss_tensor(built.loss(runner, batch))
         scale = _backward(model, loss, mp.scaler.get_scale() if mp.policy.uses_scaler else 1.0)
