@@ -114,7 +114,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"checkpoint", "models"}),  # the on-disk format; models by name
     frozenset({"doctor", "lint"}),  # diagnosis of a model; of source code (no torch)
     frozenset({"trainer"}),
-    frozenset({"bench", "deploy", "job", "integrations"}),  # products on the Trainer and the doctor
+    # products on the Trainer and the doctor; runs: `ampkit report`, divergence: `ampkit compare`
+    frozenset({"bench", "deploy", "divergence", "integrations", "job", "runs"}),
     frozenset({"cli"}),
     frozenset({"", "callbacks", "__main__"}),  # the public faces
 )

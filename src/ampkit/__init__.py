@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from ampkit._tree import to_device as to_device
     from ampkit.deploy import ExportResult as ExportResult
     from ampkit.deploy import export as export
+    from ampkit.divergence import CompareReport as CompareReport
+    from ampkit.divergence import compare as compare
     from ampkit.doctor import NonFiniteProbe as NonFiniteProbe
     from ampkit.doctor import NumericsFinding as NumericsFinding
     from ampkit.doctor import NumericsReport as NumericsReport
@@ -67,6 +69,8 @@ if TYPE_CHECKING:
     from ampkit.precision.policy import resolve_precision as resolve_precision
     from ampkit.precision.scaler import LossScaler as LossScaler
     from ampkit.precision.scaler import ScalerStats as ScalerStats
+    from ampkit.runs import RunReport as RunReport
+    from ampkit.runs import report as report
     from ampkit.trainer import Callback as Callback
     from ampkit.trainer import CheckpointConfig as CheckpointConfig
     from ampkit.trainer import CompileConfig as CompileConfig
@@ -145,11 +149,15 @@ _EXPORTS: dict[str, str] = {
     "TrainSummary": "ampkit.job.job",
     "train": "ampkit.job.job",
     "to_device": "ampkit._tree",
+    "CompareReport": "ampkit.divergence",
+    "compare": "ampkit.divergence",
+    "RunReport": "ampkit.runs",
+    "report": "ampkit.runs",
 }
 
 
 #: Modules of public names that import no torch (everything else needs it installed).
-_TORCH_FREE = frozenset({"ampkit.errors", "ampkit.job.config"})
+_TORCH_FREE = frozenset({"ampkit.errors", "ampkit.job.config", "ampkit.runs"})
 
 
 def __getattr__(name: str) -> Any:
@@ -175,6 +183,7 @@ __all__ = [
     "Callback",
     "CheckpointConfig",
     "CheckpointError",
+    "CompareReport",
     "CompensatedOptimizer",
     "CompileConfig",
     "ConfigurationError",
@@ -208,6 +217,7 @@ __all__ = [
     "RanksDisagreeError",
     "Recommendation",
     "RunInUseError",
+    "RunReport",
     "ScalerStateError",
     "ScalerStats",
     "StepResult",
@@ -219,6 +229,7 @@ __all__ = [
     "TrainingInterrupted",
     "UnsupportedPrecisionError",
     "accuracy",
+    "compare",
     "detect_nonfinite",
     "diagnose",
     "export",
@@ -231,6 +242,7 @@ __all__ = [
     "precision_map",
     "precision_session",
     "predict",
+    "report",
     "resolve_precision",
     "to_device",
     "train",

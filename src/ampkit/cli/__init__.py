@@ -157,16 +157,20 @@ def main() -> None:
       ampkit bench                      # is mixed precision faster for this model here? measured
       ampkit export --checkpoint runs/a --out gpt.onnx   # fp16 ONNX, checked against fp32
       ampkit checkpoint export runs/a --out model.safetensors   # checkpoint -> one fp32 file
+      ampkit report runs/fp32 runs/bf16 --out report.html   # plots, and is bf16 within noise?
+      ampkit compare --a fp32 --b bf16+compile   # the first module where two settings part
     """
 
 
 def _register() -> None:
     from ampkit.cli.bench_cmd import bench
     from ampkit.cli.checkpoint_cmd import checkpoint
+    from ampkit.cli.compare_cmd import compare
     from ampkit.cli.doctor_cmd import doctor
     from ampkit.cli.export_cmd import export
     from ampkit.cli.formats_cmd import formats
     from ampkit.cli.lint_cmd import lint
+    from ampkit.cli.report_cmd import report
     from ampkit.cli.train_cmd import train
 
     main.add_command(train)
@@ -176,6 +180,8 @@ def _register() -> None:
     main.add_command(bench)
     main.add_command(export)
     main.add_command(checkpoint)
+    main.add_command(report)
+    main.add_command(compare)
 
 
 _register()

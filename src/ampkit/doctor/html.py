@@ -23,7 +23,7 @@ from ampkit.doctor.rows import ModuleRow, PhaseRow, ReportView
 from ampkit.doctor.text import module_table
 from ampkit.precision.stats import HIST_MIN_EXPONENT
 
-__all__ = ["FORMAT_COLORS", "write_html"]
+__all__ = ["FORMAT_COLORS", "PAGE_CSS", "write_html"]
 
 #: Colour of each format's range bar (also used by the rendering test to find the plots).
 FORMAT_COLORS = {
@@ -34,7 +34,8 @@ FORMAT_COLORS = {
 }
 _MAX_PLOTS = 64
 
-_CSS = """
+#: The style of ampkit's HTML pages (the doctor's, the comparison's, the run report's).
+PAGE_CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; } td, th { padding: 3px 10px; border-bottom: 1px solid #eee;
@@ -221,7 +222,7 @@ def render_html(report: ReportView) -> str:
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         f"<title>ampkit doctor: {html.escape(report.precision)}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{PAGE_CSS}</style></head><body>",
         f"<h1>ampkit doctor: {html.escape(report.precision)} on {html.escape(report.device)}</h1>",
         f"<p>{report.steps} fp32 step(s) measured"
         + (f"; gradients at loss scale {report.loss_scale:g}" if report.loss_scale else "")
