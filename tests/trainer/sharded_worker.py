@@ -154,10 +154,10 @@ def measure_save(out: Path, name: str, depth: int, layout: str) -> dict[str, flo
     )
     rss, save = PeakRss(), trainer.checkpointer.save
 
-    def measured_save() -> list[Path]:  # rank 0's resident memory while the save runs
+    def measured_save(*args, **kwargs) -> list[Path]:  # rank 0's memory while the save runs
         dist.barrier()
         with rss:
-            return save()
+            return save(*args, **kwargs)
 
     trainer.checkpointer.save = measured_save  # type: ignore[method-assign]
     trainer.fit(dataset())  # one step, then its checkpoint
