@@ -507,11 +507,7 @@ def _render_summary(summary: Any) -> str:
 
     if uses_loss_scaling(summary.precision):
         rows.insert(5, ("loss scale", f"{summary.final_scale:g}"))
-    from ampkit.precision.modes import MODES
-
-    mode = MODES.get(summary.precision)
-    if mode is not None:
-        rows[5:5] = mode.summary_rows(summary.mode_fields)
+    rows[5:5] = summary.mode_rows
     if summary.world_size > 1:
         rows.insert(1, ("processes", f"{summary.world_size} (batch per process)"))
     rows.extend(("note", note) for note in summary.notes)

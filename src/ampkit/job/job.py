@@ -84,7 +84,17 @@ class TrainSummary:
         values = asdict(self.result)
         values.update(values.pop("mode_fields"))
         values.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "result")
+        values["mode_rows"] = [list(row) for row in self.mode_rows]
         return values
+
+    @property
+    def mode_rows(self) -> list[tuple[str, str]]:
+        """The precision mode's own rows of the end-of-run summary (``summary_rows`` of its
+        class over the fields it reported); none for a mode that adds none."""
+        from ampkit.precision.modes import MODES
+
+        mode = MODES.get(self.result.precision)
+        return mode.summary_rows(self.result.mode_fields) if mode is not None else []
 
 
 def _fused_adamw(params: list[Any]) -> bool | None:

@@ -63,8 +63,8 @@ def run_facts(run: Run) -> list[tuple[str, str]]:
         ),
         ("seed", _fmt(c.get("seed"))),
         ("keep_fp32", _fmt(c.get("keep_fp32"))),
-        ("update compensation", _fmt(s.get("update_compensation"))),
-        ("optimizer state", _fmt(s.get("state_precision"))),
+        # the precision mode's own rows, as the run's summary wrote them (``mode_rows``)
+        *((str(label), str(value)) for label, value in s.get("mode_rows") or []),
         ("resumed from", _fmt(s.get("resumed_from"))),
         (
             "precision changes",

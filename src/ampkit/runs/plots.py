@@ -119,7 +119,25 @@ def _series_keys(groups: Sequence[RunGroup]) -> list[str]:
     if "tokens_per_s" in keys and "samples_per_s" in keys:
         keys.remove("samples_per_s")
     extra = [k for k in present if k.startswith("eval_") and k != "eval_loss"]
-    return keys + extra
+    # what a precision mode logs under its own keys (declared by the mode, never named here)
+    mode = [
+        k
+        for k in present
+        if k not in SERIES and k not in _NOT_SERIES and k not in extra and _numeric(groups, k)
+    ]
+    return keys + extra + mode
+
+
+#: Keys of a row that are not a curve (the x axis, flags, text).
+_NOT_SERIES = frozenset({"step", "skipped", "precision_change"})
+
+
+def _numeric(groups: Sequence[RunGroup], key: str) -> bool:
+    """Whether every value some run logged under ``key`` is a number (None for non-finite)."""
+    values = [r[key] for g in groups for run in g.runs for r in run.rows if key in r]
+    return any(v is not None for v in values) and all(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values
+    )
 
 
 def _has_values(groups: Sequence[RunGroup], key: str) -> bool:
@@ -142,7 +160,11 @@ def draw_plots(
     for key in _series_keys(groups):
         if not _has_values(groups, key):
             continue
-        title, unit = SERIES.get(key, (key.removeprefix("eval_") + " (eval)", key))
+        title, unit = SERIES.get(key) or (
+            (key.removeprefix("eval_") + " (eval)", key)
+            if key.startswith("eval_")
+            else (key.replace("_", " "), key)
+        )
         fig = Figure(figsize=(10, 3.2 if key == "loss" else 2.6))
         ax = fig.subplots()
         skipped = 0

@@ -21,15 +21,14 @@ from ampkit.errors import ConfigurationError, DataError
 __all__ = ["SERIES", "Run", "RunGroup", "group_runs", "load_run"]
 
 #: The logged series a report can plot: key of a row -> (title, unit). Eval metrics
-#: (``eval_<name>``) are found in the rows themselves.
+#: (``eval_<name>``) and the numbers a precision mode logs under its own keys (bf16-true's
+#: shares of lost updates) are found in the rows themselves.
 SERIES: dict[str, tuple[str, str]] = {
     "loss": ("training loss", "loss"),
     "eval_loss": ("eval loss", "loss"),
     "lr": ("learning rate", "lr"),
     "scale": ("loss scale", "scale"),
     "grad_norm": ("gradient norm (unscaled, before clipping)", "norm"),
-    "lost_updates": ("lost updates (bf16-true)", "share"),
-    "lost_state_updates": ("lost optimizer-state updates (bf16-true)", "share"),
     "tokens_per_s": ("throughput", "tokens/s"),
     "samples_per_s": ("throughput", "samples/s"),
     "step_time_ms": ("step time", "ms"),
