@@ -17,7 +17,10 @@ the function of the same qualified name after it (the whole file when it is gone
 * false positive: any other behavioural finding in the scope before the fix, and any
   behavioural finding in the scope after it (the fixed finding still reported counts here,
   and is listed apart); behavioural means every code except AMP000 and AMP006, and ``info``
-  findings other than the expected rule are listed, not scored, as in ``lint_real.py``.
+  findings other than the expected rule are listed, not scored, as in ``lint_real.py``;
+* a finding the data file lists under ``also_before`` / ``also_after`` (``[line, rule]``) is
+  another real AMP bug judged by reading that scope (the commit did not fix it): it is
+  counted neither way, and listed.
 
 precision = TP / (TP + FP), recall = TP / (TP + FN), for all fixes, and for the
 ``held_out`` ones alone (kept aside, unseen, while the rules were changed).
@@ -57,6 +60,8 @@ class Fix:
     line: int
     rule: str
     held_out: bool
+    also_before: frozenset[tuple[int, str]] = frozenset()
+    also_after: frozenset[tuple[int, str]] = frozenset()
 
     @property
     def folder(self) -> str:
@@ -82,6 +87,8 @@ def load(path: Path) -> list[Fix]:
             int(entry["line"]),
             entry["rule"],
             bool(entry["held_out"]),
+            frozenset((int(n), str(c)) for n, c in entry.get("also_before", ())),
+            frozenset((int(n), str(c)) for n, c in entry.get("also_after", ())),
         )
         if len(fix.commit) != 40:
             raise SystemExit(f"a fix needs the full 40-hex commit: {entry}")
@@ -179,6 +186,7 @@ class Score:
     false_negatives: list[str] = field(default_factory=list)
     false_positives: list[str] = field(default_factory=list)
     still_reported_after: list[str] = field(default_factory=list)
+    other_real_bugs: list[str] = field(default_factory=list)
 
     @property
     def precision(self) -> float:
@@ -198,7 +206,8 @@ class Score:
             f"{title}: {self.fixes} fixes, {self.commits} commits, {self.repositories} repositories",
             f"  found before the fix: {len(self.true_positives)}, missed: "
             f"{len(self.false_negatives)}, false findings: {len(self.false_positives)} "
-            f"(of them the fixed finding still reported after: {len(self.still_reported_after)})",
+            f"(of them the fixed finding still reported after: {len(self.still_reported_after)}); "
+            f"other real bugs reported (judged, not scored): {len(self.other_real_bugs)}",
             f"  precision {self.precision:.3f}  recall {self.recall:.3f}",
         ]
         lines += [f"    missed: {k}" for k in self.false_negatives]
@@ -219,13 +228,20 @@ def score(root: Path, fixes: list[Fix]) -> Score:
         found = _scored(_in(check_source(before, fix.path), span), fix.rule)
         hits = [f for f in found if f.code == fix.rule]
         (result.true_positives if hits else result.false_negatives).append(fix.key)
-        result.false_positives += [
-            f"{fix.key}: before {f.line} {f.code}" for f in found if f.code != fix.rule
-        ]
+        for f in found:
+            if f.code == fix.rule:
+                continue
+            where = f"{fix.key}: before {f.line} {f.code}"
+            real = (f.line, f.code) in fix.also_before
+            (result.other_real_bugs if real else result.false_positives).append(where)
         if after is not None:
             after_span = _scope_named(after, span[0])
             for f in _scored(_in(check_source(after, fix.path), after_span), fix.rule):
-                result.false_positives.append(f"{fix.key}: after {f.line} {f.code}")
+                where = f"{fix.key}: after {f.line} {f.code}"
+                if (f.line, f.code) in fix.also_after:
+                    result.other_real_bugs.append(where)
+                    continue
+                result.false_positives.append(where)
                 if f.code == fix.rule:
                     result.still_reported_after.append(fix.key)
     return result

@@ -86,6 +86,9 @@ class FileFacts:
         #: (:data:`~ampkit.lint.project.ANY_ARGS` with ``*args``/``**kwargs``)
         self.positional: dict[str, int] = {}
         self.scaler_ctors: list[ast.Call] = []
+        #: keys that only ever hold no scaler (see :meth:`_collect_not_scalers`; filled
+        #: once the bindings are known)
+        self.not_scalers: set[str] = set()
         #: modules frozen here: ``key.requires_grad_(False)``,
         #: ``for p in key.parameters(): p.requires_grad = False``
         self.frozen: set[str] = set()
@@ -113,6 +116,7 @@ class FileFacts:
                 self.resolver.wrappers[name] = wrapper
         self._collect_bindings()
         self._collect_frozen_loops()
+        self.not_scalers = self._collect_not_scalers()
 
     def of_type(self, *kinds: type) -> list[ast.AST]:
         """The nodes of the given ast types (in no particular order)."""
@@ -344,8 +348,37 @@ class FileFacts:
         return interesting, eventful | interesting
 
     def is_scaler(self, key: str | None) -> bool:
-        """Whether ``key`` holds a GradScaler (constructed here, or named like one)."""
-        return key is not None and (key in self.scaler_keys or is_scaler_name(key))
+        """Whether ``key`` holds a GradScaler (constructed here, or named like one), and is
+        not one that only ever holds no scaler (:meth:`_collect_not_scalers`)."""
+        return (
+            key is not None
+            and key not in self.not_scalers
+            and (key in self.scaler_keys or is_scaler_name(key))
+        )
+
+    def _collect_not_scalers(self) -> set[str]:
+        """Keys every binding of which is no scaler: a GradScaler built with a literal
+        ``enabled=False`` (its ``scale`` returns the loss, its ``step`` is the optimizer's),
+        or an object of a class of this file whose ``scale(x)`` returns ``x`` (a dummy
+        scaler). A key bound once to anything else (a real scaler, a parameter, an
+        expression) keeps its meaning."""
+        dummies = {
+            node.name  # type: ignore[attr-defined]
+            for node in self.of_type(ast.ClassDef)
+            if _scale_returns_its_argument(node)  # type: ignore[arg-type]
+        }
+        found: set[str] = set()
+        for key, values in self.assignments.items():
+            if values and all(self._holds_no_scaler(v, dummies) for v in values):
+                found.add(key)
+        return found
+
+    def _holds_no_scaler(self, value: ast.expr, dummies: set[str]) -> bool:
+        if not isinstance(value, ast.Call):
+            return False
+        if self.resolver.scaler_ctor(value) is value:
+            return self.resolver.scaler_enabled(value) == "no"
+        return isinstance(value.func, ast.Name) and value.func.id in dummies
 
     def is_optimizer(self, key: str | None) -> bool:
         """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
@@ -448,3 +481,24 @@ class FileFacts:
             ):
                 return True
         return False
+
+
+def _scale_returns_its_argument(node: ast.ClassDef) -> bool:
+    """Whether the class defines ``scale(self, x)`` whose body is ``return x`` (a docstring
+    aside): a stand-in for a GradScaler that scales nothing."""
+    for stmt in node.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "scale":
+            params = stmt.args.posonlyargs + stmt.args.args
+            body = [
+                b
+                for b in stmt.body
+                if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))
+            ]
+            return (
+                len(params) >= 2
+                and len(body) == 1
+                and isinstance(body[0], ast.Return)
+                and isinstance(body[0].value, ast.Name)
+                and body[0].value.id == params[1].arg
+            )
+    return False
