@@ -226,14 +226,15 @@ def score(root: Path, fixes: list[Fix]) -> Score:
             raise SystemExit(f"{fix.key}: the file is not in {fix.commit}^")
         span = _scope_at(before, fix.line)
         found = _scored(_in(check_source(before, fix.path), span), fix.rule)
+        for f in found:
+            if (f.line, f.code) in fix.also_before:
+                result.other_real_bugs.append(f"{fix.key}: before {f.line} {f.code}")
+        found = [f for f in found if (f.line, f.code) not in fix.also_before]
         hits = [f for f in found if f.code == fix.rule]
         (result.true_positives if hits else result.false_negatives).append(fix.key)
-        for f in found:
-            if f.code == fix.rule:
-                continue
-            where = f"{fix.key}: before {f.line} {f.code}"
-            real = (f.line, f.code) in fix.also_before
-            (result.other_real_bugs if real else result.false_positives).append(where)
+        result.false_positives += [
+            f"{fix.key}: before {f.line} {f.code}" for f in found if f.code != fix.rule
+        ]
         if after is not None:
             after_span = _scope_named(after, span[0])
             for f in _scored(_in(check_source(after, fix.path), after_span), fix.rule):
