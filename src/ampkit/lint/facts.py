@@ -89,6 +89,8 @@ class FileFacts:
         #: keys that only ever hold no scaler (see :meth:`_collect_not_scalers`; filled
         #: once the bindings are known)
         self.not_scalers: set[str] = set()
+        #: function name -> parameters every call here passes a scaled loss
+        self.scaled_params: dict[str, set[str]] = {}
         #: modules frozen here: ``key.requires_grad_(False)``,
         #: ``for p in key.parameters(): p.requires_grad = False``
         self.frozen: set[str] = set()
@@ -117,6 +119,7 @@ class FileFacts:
         self._collect_bindings()
         self._collect_frozen_loops()
         self.not_scalers = self._collect_not_scalers()
+        self.scaled_params = self._collect_scaled_params()
 
     def of_type(self, *kinds: type) -> list[ast.AST]:
         """The nodes of the given ast types (in no particular order)."""
@@ -372,6 +375,60 @@ class FileFacts:
             if values and all(self._holds_no_scaler(v, dummies) for v in values):
                 found.add(key)
         return found
+
+    def _collect_scaled_params(self) -> dict[str, set[str]]:
+        """Parameters that every call in this file passes a scaled loss
+        (``self._backward(self.scaler.scale(loss))``): function name -> parameter names.
+        A function of that name called once with anything else at that place, or called
+        with ``*args``/``**kwargs``, keeps the parameter unscaled."""
+        params: dict[str, list[str]] = {}
+        for node in self.of_type(ast.FunctionDef, ast.AsyncFunctionDef):
+            args = node.args  # type: ignore[attr-defined]
+            names = [a.arg for a in args.posonlyargs + args.args]
+            name = node.name  # type: ignore[attr-defined]
+            if name in params and params[name] != names:
+                params[name] = []  # two functions of one name with other parameters
+                continue
+            params[name] = names
+        seen: dict[tuple[str, str], bool] = {}
+        for call in self.of_type(ast.Call):
+            func = call.func  # type: ignore[attr-defined]
+            taken: list[str] | None
+            if isinstance(func, ast.Name):
+                name, taken = func.id, params.get(func.id)
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                name, taken = func.attr, params.get(func.attr)
+                if taken and taken[0] in ("self", "cls"):
+                    taken = taken[1:]
+            else:
+                continue
+            if not taken:
+                continue
+            names = taken
+            args = call.args  # type: ignore[attr-defined]
+            keywords = call.keywords  # type: ignore[attr-defined]
+            if any(isinstance(a, ast.Starred) for a in args) or any(
+                k.arg is None for k in keywords
+            ):
+                for param in names:
+                    seen[(name, param)] = False
+                continue
+            passed = list(zip(names, args, strict=False))
+            passed += [(k.arg, k.value) for k in keywords if k.arg in names]
+            for param, value in passed:
+                key = (name, param)
+                seen[key] = seen.get(key, True) and self.is_scaled_call(value)
+        found: dict[str, set[str]] = defaultdict(set)
+        for (name, param), scaled in seen.items():
+            if scaled:
+                found[name].add(param)
+        return dict(found)
+
+    def is_scaled_param(self, node: ast.AST, name: str) -> bool:
+        """Whether ``name`` is a parameter of the function ``node`` is written in that every
+        call in this file passes a scaled loss."""
+        owner = self.owner_of(node)
+        return owner is not None and name in self.scaled_params.get(owner.name, ())
 
     def _holds_no_scaler(self, value: ast.expr, dummies: set[str]) -> bool:
         if not isinstance(value, ast.Call):

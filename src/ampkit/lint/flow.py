@@ -349,8 +349,13 @@ class FlowBuilder:
         if obj is not None:
             feeding.extend(self._scaled_by_key.get(obj, ()))
         if isinstance(recv, ast.Name):
-            # a local variable: only what this flow assigned to it counts
-            scaled = bool(feeding) or self.facts.is_scaled_call(recv)
+            # a local variable: only what this flow assigned to it counts, or a parameter
+            # every caller fills with ``scaler.scale(...)``
+            scaled = (
+                bool(feeding)
+                or self.facts.is_scaled_call(recv)
+                or self.facts.is_scaled_param(call, recv.id)
+            )
         else:
             scaled = bool(feeding) or self.facts.is_scaled(recv)
         loss = scaled_operand(recv) if scaled else recv
