@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from ampkit.cli import main
-from ampkit.lint import RULES, Selection, check_paths, check_source
+from ampkit.lint import RULES, Selection, Severity, check_paths, check_source
 
 BAD = (
     "import torch\n"
@@ -20,7 +20,7 @@ BAD = (
     "    scaler.step(optimizer)\n"
     "    scaler.update()\n"
 )
-INFO_ONLY = (
+BACKWARD_IN_AUTOCAST_ONLY = (
     "import torch\n"
     "with torch.autocast('cuda', dtype=torch.bfloat16):\n"
     "    loss = model(x)\n"
@@ -57,10 +57,14 @@ def test_clean_folder_exits_zero(tmp_path: Path) -> None:
     assert run(str(tmp_path)) == (0, "")
 
 
-def test_info_findings_do_not_fail(tmp_path: Path) -> None:
-    (tmp_path / "a.py").write_text(INFO_ONLY, encoding="utf-8")
+def test_backward_inside_autocast_alone_fails(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text(BACKWARD_IN_AUTOCAST_ONLY, encoding="utf-8")
     code, out = run(str(tmp_path))
-    assert code == 0 and "AMP012" in out
+    assert code == 1 and "AMP012" in out
+
+
+def test_only_info_severity_lets_the_run_pass() -> None:
+    assert [s.value for s in Severity if not s.fails] == ["info"]
 
 
 def test_json_format(project: Path) -> None:

@@ -42,8 +42,8 @@ def test_sarif_carries_fixes_and_levels() -> None:
         '"cuda"',
     }
     rules = log["runs"][0]["tool"]["driver"]["rules"]
-    info = next(r for r in rules if r["id"] == "AMP012")
-    assert info["defaultConfiguration"]["level"] == "note"
+    backward = next(r for r in rules if r["id"] == "AMP012")
+    assert backward["defaultConfiguration"]["level"] == "warning"
     assert all(r["shortDescription"]["text"] and r["help"]["text"] for r in rules)
 
 

@@ -86,6 +86,11 @@ class FileFacts:
         #: (:data:`~ampkit.lint.project.ANY_ARGS` with ``*args``/``**kwargs``)
         self.positional: dict[str, int] = {}
         self.scaler_ctors: list[ast.Call] = []
+        #: keys that only ever hold no scaler (see :meth:`_collect_not_scalers`; filled
+        #: once the bindings are known)
+        self.not_scalers: set[str] = set()
+        #: function name -> parameters every call here passes a scaled loss
+        self.scaled_params: dict[str, set[str]] = {}
         #: modules frozen here: ``key.requires_grad_(False)``,
         #: ``for p in key.parameters(): p.requires_grad = False``
         self.frozen: set[str] = set()
@@ -113,6 +118,8 @@ class FileFacts:
                 self.resolver.wrappers[name] = wrapper
         self._collect_bindings()
         self._collect_frozen_loops()
+        self.not_scalers = self._collect_not_scalers()
+        self.scaled_params = self._collect_scaled_params()
 
     def of_type(self, *kinds: type) -> list[ast.AST]:
         """The nodes of the given ast types (in no particular order)."""
@@ -344,8 +351,91 @@ class FileFacts:
         return interesting, eventful | interesting
 
     def is_scaler(self, key: str | None) -> bool:
-        """Whether ``key`` holds a GradScaler (constructed here, or named like one)."""
-        return key is not None and (key in self.scaler_keys or is_scaler_name(key))
+        """Whether ``key`` holds a GradScaler (constructed here, or named like one), and is
+        not one that only ever holds no scaler (:meth:`_collect_not_scalers`)."""
+        return (
+            key is not None
+            and key not in self.not_scalers
+            and (key in self.scaler_keys or is_scaler_name(key))
+        )
+
+    def _collect_not_scalers(self) -> set[str]:
+        """Keys every binding of which is no scaler: a GradScaler built with a literal
+        ``enabled=False`` (its ``scale`` returns the loss, its ``step`` is the optimizer's),
+        or an object of a class of this file whose ``scale(x)`` returns ``x`` (a dummy
+        scaler). A key bound once to anything else (a real scaler, a parameter, an
+        expression) keeps its meaning."""
+        dummies = {
+            node.name  # type: ignore[attr-defined]
+            for node in self.of_type(ast.ClassDef)
+            if _scale_returns_its_argument(node)  # type: ignore[arg-type]
+        }
+        found: set[str] = set()
+        for key, values in self.assignments.items():
+            if values and all(self._holds_no_scaler(v, dummies) for v in values):
+                found.add(key)
+        return found
+
+    def _collect_scaled_params(self) -> dict[str, set[str]]:
+        """Parameters that every call in this file passes a scaled loss
+        (``self._backward(self.scaler.scale(loss))``): function name -> parameter names.
+        A function of that name called once with anything else at that place, or called
+        with ``*args``/``**kwargs``, keeps the parameter unscaled."""
+        params: dict[str, list[str]] = {}
+        for node in self.of_type(ast.FunctionDef, ast.AsyncFunctionDef):
+            args = node.args  # type: ignore[attr-defined]
+            names = [a.arg for a in args.posonlyargs + args.args]
+            name = node.name  # type: ignore[attr-defined]
+            if name in params and params[name] != names:
+                params[name] = []  # two functions of one name with other parameters
+                continue
+            params[name] = names
+        seen: dict[tuple[str, str], bool] = {}
+        for call in self.of_type(ast.Call):
+            func = call.func  # type: ignore[attr-defined]
+            taken: list[str] | None
+            if isinstance(func, ast.Name):
+                name, taken = func.id, params.get(func.id)
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                name, taken = func.attr, params.get(func.attr)
+                if taken and taken[0] in ("self", "cls"):
+                    taken = taken[1:]
+            else:
+                continue
+            if not taken:
+                continue
+            names = taken
+            args = call.args  # type: ignore[attr-defined]
+            keywords = call.keywords  # type: ignore[attr-defined]
+            if any(isinstance(a, ast.Starred) for a in args) or any(
+                k.arg is None for k in keywords
+            ):
+                for param in names:
+                    seen[(name, param)] = False
+                continue
+            passed = list(zip(names, args, strict=False))
+            passed += [(k.arg, k.value) for k in keywords if k.arg in names]
+            for param, value in passed:
+                key = (name, param)
+                seen[key] = seen.get(key, True) and self.is_scaled_call(value)
+        found: dict[str, set[str]] = defaultdict(set)
+        for (name, param), scaled in seen.items():
+            if scaled:
+                found[name].add(param)
+        return dict(found)
+
+    def is_scaled_param(self, node: ast.AST, name: str) -> bool:
+        """Whether ``name`` is a parameter of the function ``node`` is written in that every
+        call in this file passes a scaled loss."""
+        owner = self.owner_of(node)
+        return owner is not None and name in self.scaled_params.get(owner.name, ())
+
+    def _holds_no_scaler(self, value: ast.expr, dummies: set[str]) -> bool:
+        if not isinstance(value, ast.Call):
+            return False
+        if self.resolver.scaler_ctor(value) is value:
+            return self.resolver.scaler_enabled(value) == "no"
+        return isinstance(value.func, ast.Name) and value.func.id in dummies
 
     def is_optimizer(self, key: str | None) -> bool:
         """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""
@@ -448,3 +538,24 @@ class FileFacts:
             ):
                 return True
         return False
+
+
+def _scale_returns_its_argument(node: ast.ClassDef) -> bool:
+    """Whether the class defines ``scale(self, x)`` whose body is ``return x`` (a docstring
+    aside): a stand-in for a GradScaler that scales nothing."""
+    for stmt in node.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "scale":
+            params = stmt.args.posonlyargs + stmt.args.args
+            body = [
+                b
+                for b in stmt.body
+                if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))
+            ]
+            return (
+                len(params) >= 2
+                and len(body) == 1
+                and isinstance(body[0], ast.Return)
+                and isinstance(body[0].value, ast.Name)
+                and body[0].value.id == params[1].arg
+            )
+    return False

@@ -296,6 +296,9 @@ class FlowBuilder:
             self._scale_by_call[id(call)] = event
         elif attr == "step" and facts.is_scaler(obj):
             self._emit("scaler_step", call, ctx, obj=obj, arg=arg)
+        elif attr == "step" and obj in facts.not_scalers and first is not None:
+            # a disabled GradScaler's ``step(optimizer)`` is ``optimizer.step()``
+            self._emit("opt_step", call, ctx, obj=dotted_key(first))
         elif attr == "step" and not call.args and facts.is_optimizer(obj):
             self._emit("opt_step", call, ctx, obj=obj)
         elif attr == "step" and not call.args and facts.framework_of(obj) == "deepspeed":
@@ -346,8 +349,13 @@ class FlowBuilder:
         if obj is not None:
             feeding.extend(self._scaled_by_key.get(obj, ()))
         if isinstance(recv, ast.Name):
-            # a local variable: only what this flow assigned to it counts
-            scaled = bool(feeding) or self.facts.is_scaled_call(recv)
+            # a local variable: only what this flow assigned to it counts, or a parameter
+            # every caller fills with ``scaler.scale(...)``
+            scaled = (
+                bool(feeding)
+                or self.facts.is_scaled_call(recv)
+                or self.facts.is_scaled_param(call, recv.id)
+            )
         else:
             scaled = bool(feeding) or self.facts.is_scaled(recv)
         loss = scaled_operand(recv) if scaled else recv

@@ -14,8 +14,9 @@ replacement and let a condition pick one::
 
 The old arm never runs on a torch that deprecates it, and rewriting it breaks the old-torch
 path. :class:`Gates` finds such arms structurally: an arm of an ``if``, a conditional
-expression or a ``try`` that uses the old API while another arm uses the new one, or whose
-condition is a version or feature check.
+expression or a ``try`` that uses the old API while another arm uses the new one (unless the
+condition picks a device, which any torch runs), or whose condition is a version or feature
+check.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from ampkit.lint.names import Imports, is_deprecated, is_replacement
 __all__ = ["Gates"]
 
 _VERSION_WORDS = re.compile(r"version|^_*torch_.*\d|hasattr|getattr", re.IGNORECASE)
+# a test that picks a device, not a torch release: ``device == "cpu"``, ``x.device.type``,
+# ``torch.cuda.is_available()`` (the old arm runs on every torch there)
+_DEVICE_WORDS = re.compile(r"device|is_available", re.IGNORECASE)
 
 
 def _own_flags(node: ast.AST, imports: Imports) -> tuple[bool, bool]:
@@ -43,6 +47,14 @@ def _own_flags(node: ast.AST, imports: Imports) -> tuple[bool, bool]:
 
 
 def _version_test(test: ast.expr) -> bool:
+    return _names_match(test, _VERSION_WORDS)
+
+
+def _device_test(test: ast.expr | None) -> bool:
+    return test is not None and not _version_test(test) and _names_match(test, _DEVICE_WORDS)
+
+
+def _names_match(test: ast.expr, words: re.Pattern[str]) -> bool:
     for node in ast.walk(test):
         word = (
             node.id
@@ -51,7 +63,7 @@ def _version_test(test: ast.expr) -> bool:
             if isinstance(node, ast.Attribute)
             else ""
         )
-        if word and _VERSION_WORDS.search(word):
+        if word and words.search(word):
             return True
     return False
 
@@ -92,7 +104,11 @@ class Gates:
         for index, (_, old) in enumerate(arm_flags):
             if not old:
                 continue
-            other_new = any(new for i, (new, _) in enumerate(arm_flags) if i != index)
+            # an arm picked by the device (``if device == "cpu": torch.cpu.amp.autocast(...)
+            # elif ...: torch.amp.autocast(...)``) runs on every torch: not a fallback
+            other_new = not _device_test(test) and any(
+                new for i, (new, _) in enumerate(arm_flags) if i != index
+            )
             if other_new or (checked and test is not None and _version_test(test)):
                 for top in arms[index]:
                     self._gated.update(id(n) for n in ast.walk(top))

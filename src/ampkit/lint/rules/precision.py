@@ -341,7 +341,12 @@ class BackwardInsideAutocast(Rule):
 
     autocast should wrap only the forward pass and the loss. Backward ops run in the dtype
     their forward op chose anyway; running ``backward()`` under autocast is not needed and
-    is discouraged by the PyTorch AMP documentation.
+    is discouraged by the PyTorch AMP documentation. It is a warning, not a note: what runs
+    inside the backward still sees the autocast state (the recomputed forward of an
+    activation-checkpointed block, a custom autograd function, the backward of a
+    ``torch.compile`` region, which has followed the forward's autocast by default), so the
+    gradients can be computed in another precision than the plain loop's, silently; a file
+    whose only finding is this one makes ``ampkit lint`` exit with 1, so CI sees it.
 
     Bad::
 
@@ -358,7 +363,7 @@ class BackwardInsideAutocast(Rule):
 
     code = "AMP012"
     name = "backward-inside-autocast"
-    severity = Severity.INFO
+    severity = Severity.WARNING
     summary = "backward called inside the autocast block."
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:

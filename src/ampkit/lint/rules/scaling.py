@@ -64,7 +64,10 @@ class ClipScaledGradients(Rule):
 
     @staticmethod
     def _class_shaped(analysis: FileAnalysis, unit: Unit, clip: Event) -> bool:
-        """Backward in another method/function, step here, no ``unscale_`` anywhere."""
+        """Backward elsewhere (another method, another module, the caller), a clip here
+        followed by ``scaler.step``, and no ``unscale_`` anywhere in the group: the clip
+        followed by the scaler's step is evidence enough on its own (an ``Updater.step(
+        grad_scaler=...)`` whose scaled backward lives in another file)."""
         steps_after = [
             s
             for s in unit.related(clip, "scaler_step")
@@ -72,9 +75,7 @@ class ClipScaledGradients(Rule):
         ]
         if not steps_after or last_before(unit, clip, "backward"):
             return False
-        group = unit.group
-        scaled = [e for e in analysis.group_events(group, "backward") if e.scaled]
-        return bool(scaled) and not analysis.group_events(group, "unscale")
+        return not analysis.group_events(unit.group, "unscale")
 
 
 @register
