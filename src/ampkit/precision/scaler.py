@@ -42,6 +42,7 @@ from ampkit.errors import ConfigurationError, NonFiniteTrainingError, ScalerStat
 from ampkit.precision import devices
 from ampkit.precision._kernels import unscale_and_check_
 from ampkit.precision._scaler_rules import STATE_KEYS, settings_problem, state_problem
+from ampkit.precision.contract import check_dtype_contract
 
 __all__ = ["GRADSCALER_KEYS", "LossScaler", "ScalerStats"]
 
@@ -227,6 +228,8 @@ class LossScaler:
         return loss * self._scale
 
     def _record_for(self, optimizer: torch.optim.Optimizer) -> _OptRecord:
+        if id(optimizer) not in self._per_optimizer:  # its first step: say what it trains in
+            check_dtype_contract(optimizer, caller="LossScaler")
         return self._per_optimizer.setdefault(id(optimizer), _OptRecord())
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:

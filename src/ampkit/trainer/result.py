@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ampkit.trainer.evaluation import EvalResult
 
@@ -42,6 +43,9 @@ class FitResult:
         eval_history: every evaluation of ``EvalConfig`` this call ran, in order (step, mean
             loss, each metric's value; :class:`~ampkit.trainer.evaluation.EvalResult`);
             empty without ``eval=``. A resumed run lists the evaluations after the resume.
+        dtype_contract: what the run really trained in, read at set-up
+            (:meth:`~ampkit.precision.contract.DtypeContract.to_dict`: ``kind``, weight,
+            gradient and optimizer-state dtypes per param group, master copy, autocast).
     """
 
     precision: str
@@ -66,6 +70,7 @@ class FitResult:
     eval_history: list[EvalResult] = field(default_factory=list)
     state_precision: str | None = None
     lost_state_updates: float | None = None
+    dtype_contract: dict[str, Any] | None = None
 
     @property
     def last_eval(self) -> EvalResult | None:

@@ -503,6 +503,7 @@ class Trainer:
         else:
             self.optimizer = self.optimizer_like
         self.optimizer = self.mp.prepare_optimizer(self.optimizer)
+        self.mp.check_contract(self.optimizer, self.model)  # FitResult.dtype_contract
         sched = self.scheduler_like
         self.scheduler = (
             sched(self.optimizer) if callable(sched) and not hasattr(sched, "step") else sched
@@ -825,6 +826,7 @@ class Trainer:
             notes=list(self.notes),
             scale_history=list(stats.scale_history),
             eval_history=list(self.eval_history),
+            dtype_contract=self.mp.contract.to_dict() if self.mp.contract else None,
             **self.mp.mode.result_fields(),
         )
 
