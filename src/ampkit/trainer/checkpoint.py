@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -35,6 +36,7 @@ from ampkit.checkpoint import sharded
 from ampkit.checkpoint.rng import get_rng_state, set_rng_state
 from ampkit.errors import AmpkitError, CheckpointError, ConfigurationError, RanksDisagreeError
 from ampkit.precision.engine import MixedPrecision
+from ampkit.precision.optimizer_state import load_optimizer_state
 from ampkit.trainer.distributed import DistContext, all_gather, broadcast_from_main, ranks_listed
 from ampkit.trainer.parallel import is_sharded
 from ampkit.trainer.reshard import data_position, reshard_counters
@@ -223,14 +225,15 @@ def _load_full(
         )
 
         set_model_state_dict(parts.model, dict(weights), options=_full_options())
-        set_optimizer_state_dict(
-            parts.model, parts.optimizer, state[OPTIMIZER], options=_full_options()
+        load: Callable[[Any], Any] = lambda saved: set_optimizer_state_dict(  # noqa: E731
+            parts.model, parts.optimizer, saved, options=_full_options()
         )
     else:
         with torch.no_grad():
             for name, tensor in parts.model.state_dict().items():
                 tensor.copy_(weights[name])
-        parts.optimizer.load_state_dict(state[OPTIMIZER])
+        load = parts.optimizer.load_state_dict
+    load_optimizer_state(parts.optimizer, state[OPTIMIZER], load=load)  # saved dtypes kept
 
 
 def restore(parts: TrainingParts, path: Path, *, allow_precision_change: bool = False) -> Restored:
