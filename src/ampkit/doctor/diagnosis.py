@@ -33,6 +33,7 @@ from ampkit.doctor.hooks import observe
 from ampkit.doctor.isolation import preserved_state
 from ampkit.doctor.recorder import ModuleState, Recorder
 from ampkit.doctor.report import NumericsReport
+from ampkit.doctor.roles import roles_section
 from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, PhaseRow
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
 from ampkit.precision.formats import number_formats
@@ -347,9 +348,12 @@ def diagnose(
         findings = _note_fp32_outputs(findings, pmap)
     used = {f.name: f.to_dict() for f in number_formats()}
     report("precision mode probes", 0, 1)
+    compute = analysis_policy(candidate, device).compute_dtype
+    roles = roles_section(model, closure, compute, device)
     sections = [
         *mode.doctor_sections(model, closure, steps=steps, lr=lr),
-        contract_section(model, optimizer, analysis_policy(candidate, device).compute_dtype),
+        *([roles] if roles is not None else []),
+        contract_section(model, optimizer, compute),
     ]
     report("precision mode probes", 1, 1)
     return NumericsReport(

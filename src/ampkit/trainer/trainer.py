@@ -130,6 +130,9 @@ class Trainer:
             standard settings); refused under bf16/fp32, which need no loss scaling.
         keep_fp32: module names or types to run in fp32 inside autocast
             (:func:`ampkit.precision.islands`, e.g. ``ampkit doctor``'s recommendation).
+            Under ``precision="auto"`` and a low precision, none given keeps the MoE routers
+            and the LM head in fp32 (:mod:`ampkit.precision.roles`; ``FitResult.notes`` names
+            them); a list given replaces that default.
         final_weights: write the final weights here in fp32 safetensors (rank 0; gathered
             from the shards under FSDP2).
         checkpoint: a :class:`~ampkit.CheckpointConfig` (folder, interval, retention, resume,
@@ -295,6 +298,7 @@ class Trainer:
         self.log_every, self.tokens_per_sample = logging.log_every, logging.tokens_per_sample
         self.final_weights = Path(final_weights) if final_weights else None
         self.fp32_islands = None
+        self._islands_by_role = precision == "auto" and not keep_fp32  # routers, LM head
         if keep_fp32:  # validated now, before any step; the hooks live as long as the model
             from ampkit.precision.islands import keep_fp32 as make_islands
 
@@ -469,6 +473,8 @@ class Trainer:
                 batch = to_device(example_batch(train_data, self.batch_size), self.device)
                 return batch_loss(model, batch, self.loss_fn)
 
+        if self._islands_by_role and closure is not None:
+            self._keep_roles_fp32(model, closure)
         setup = TrainingSetup(
             model,
             closure=closure,
@@ -531,6 +537,25 @@ class Trainer:
                 layout,
                 async_save=self.async_checkpoint,
                 keep_last=self.keep_last,
+            )
+
+    def _keep_roles_fp32(self, model: nn.Module, closure: Callable[[], torch.Tensor]) -> None:
+        """Under ``precision="auto"`` without ``keep_fp32``: keep the MoE routers and the LM
+        head in fp32 (:func:`~ampkit.precision.roles.find_roles`, one forward of the first
+        batch with the model's state and the RNG restored), when the precision is low."""
+        if self.mp.policy.compute_dtype == torch.float32:
+            return
+        from ampkit.doctor.isolation import preserved_state
+        from ampkit.precision.islands import keep_fp32 as make_islands
+        from ampkit.precision.roles import find_roles
+
+        with preserved_state(model, self.device):
+            roles = find_roles(model, closure)
+        if roles.names:
+            self.fp32_islands = make_islands(model, roles.names)
+            self.notes.append(
+                f"kept in fp32 by role under precision='auto': {', '.join(roles.names)} (MoE "
+                "routers and the LM head; pass keep_fp32=[...] to choose yourself)"
             )
 
     def _resume(self) -> None:
