@@ -163,6 +163,13 @@ class PureBf16WithoutMaster(Rule):
     fp32 master or compensated updates (``CompensatedOptimizer``, ``Bf16True``,
     ``MixedPrecision``, torchao's ``bf16_stochastic_round``, torch-optimi's ``kahan_sum``).
 
+    Measured (not tuned on) over huggingface/alignment-handbook@925acdf, artidoro/qlora@7f4e95a,
+    tatsu-lab/stanford_alpaca@761dc5b and OpenRLHF/OpenRLHF@3c3be62: no finding. None of them
+    builds a plain ``torch.optim`` optimizer over a bf16 model in one function: they pass a
+    ``dtype`` read from a config and train through the Hugging Face Trainer (TRL) or DeepSpeed,
+    which this rule does not follow (the Hugging Face Trainer case is what ``AmpkitCallback``'s
+    dtype contract checks at run time), so the rule's precision and recall are not measured yet.
+
     Bad::
 
         model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
