@@ -105,3 +105,10 @@ def test_hf_tiny_moe_routers_are_found_and_bf16_changes_some_picks(kind):
     with keep_fp32(model, list(roles.routers)):
         kept = topk_agreement(reference, router_topk(model, bf16))
     assert 0.9 < low <= kept <= 1.0
+
+
+def test_a_model_without_router_like_modules_is_not_run():
+    calls = []
+    net = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    roles = find_roles(net, lambda: calls.append(1))
+    assert roles.routers == () and roles.head is None and calls == []

@@ -19,6 +19,7 @@ and bf16) can be compared: :func:`topk_agreement`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["Roles", "find_roles", "router_topk", "topk_agreement"]
+__all__ = ["Roles", "find_roles", "may_route", "router_topk", "topk_agreement"]
 
 
 @dataclass(frozen=True)
@@ -110,9 +111,22 @@ def router_topk(model: nn.Module, run: Callable[[], Any]) -> list[tuple[str, tor
     return trace.picks
 
 
+#: Class or module names that may hold a router: only such models need the forward pass.
+_MAY_ROUTE = re.compile(r"router|moe|expert|gate", re.I)
+
+
+def may_route(model: nn.Module) -> bool:
+    """Whether a module of ``model`` is called (or its class named) like a router, an MoE
+    block or an expert: only then does :func:`find_roles` need a forward pass."""
+    return any(
+        _MAY_ROUTE.search(type(m).__name__) or _MAY_ROUTE.search(n.rpartition(".")[2])
+        for n, m in model.named_modules()
+    )
+
+
 def find_roles(model: nn.Module, run: Callable[[], Any] | None = None) -> Roles:
-    """The routers (from one forward, ``run()``; none without it) and the LM head of
-    ``model``."""
+    """The routers (from one forward, ``run()``, run only when :func:`may_route`; none
+    without it) and the LM head of ``model``."""
     head = None
     get = getattr(model, "get_output_embeddings", None)
     found = get() if callable(get) else None
@@ -122,7 +136,7 @@ def find_roles(model: nn.Module, run: Callable[[], Any] | None = None) -> Roles:
     elif "lm_head" in dict(model.named_modules()):
         head = "lm_head"
     routers: list[str] = []
-    if run is not None:
+    if run is not None and may_route(model):
         for router, _ in router_topk(model, run):
             if router not in routers and router:
                 routers.append(router)
