@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from ampkit.job.job import train as train
     from ampkit.precision.bf16_true import CompensatedOptimizer as CompensatedOptimizer
     from ampkit.precision.bf16_true import lost_update_fraction as lost_update_fraction
+    from ampkit.precision.contract import DtypeContract as DtypeContract
+    from ampkit.precision.contract import check_dtype_contract as check_dtype_contract
+    from ampkit.precision.contract import dtype_contract as dtype_contract
     from ampkit.precision.engine import MixedPrecision as MixedPrecision
     from ampkit.precision.engine import StepResult as StepResult
     from ampkit.precision.float_formats import NumberFormat as NumberFormat
@@ -100,6 +103,9 @@ _EXPORTS: dict[str, str] = {
     "detect_nonfinite": "ampkit.doctor",
     "diagnose": "ampkit.doctor",
     "precision_map": "ampkit.doctor",
+    "DtypeContract": "ampkit.precision.contract",
+    "check_dtype_contract": "ampkit.precision.contract",
+    "dtype_contract": "ampkit.precision.contract",
     "MixedPrecision": "ampkit.precision.engine",
     "StepResult": "ampkit.precision.engine",
     "AmpkitError": "ampkit.errors",
@@ -189,6 +195,7 @@ __all__ = [
     "ConfigurationError",
     "DataError",
     "DistributedConfig",
+    "DtypeContract",
     "EvalConfig",
     "EvalResult",
     "ExportError",
@@ -229,9 +236,11 @@ __all__ = [
     "TrainingInterrupted",
     "UnsupportedPrecisionError",
     "accuracy",
+    "check_dtype_contract",
     "compare",
     "detect_nonfinite",
     "diagnose",
+    "dtype_contract",
     "export",
     "fp8_plan",
     "keep_fp32",

@@ -147,6 +147,8 @@ def test_injected_nan_weight_names_the_module(tmp_path):
     assert lines[0]["loss"] == 0.0 and math.isnan(lines[0]["grad_norm"])
 
 
+# pure bf16 on purpose: the dtype contract's warning is expected
+@pytest.mark.filterwarnings("ignore:AmpkitCallback.*pure bf16:ampkit.errors.PrecisionWarning")
 def test_lost_updates_of_bf16_weights(tmp_path):
     """SGD with a learning rate far below half a bf16 ulp: every update is rounded away.
 
@@ -164,6 +166,8 @@ def test_lost_updates_of_bf16_weights(tmp_path):
     assert cb.lost_updates == 1.0
 
 
+# pure bf16 on purpose: the dtype contract's warning is expected
+@pytest.mark.filterwarnings("ignore:AmpkitCallback.*pure bf16:ampkit.errors.PrecisionWarning")
 def test_lost_updates_of_bf16_weights_none_lost(tmp_path):
     """A large step moves every weight with a gradient: nothing is lost."""
     model = gpt2().to(torch.bfloat16)

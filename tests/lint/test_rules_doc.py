@@ -17,7 +17,7 @@ SPEC = {
     "AMP001": "error", "AMP002": "error", "AMP003": "error", "AMP004": "error", "AMP005": "error",
     "AMP006": "warning", "AMP007": "warning", "AMP008": "warning", "AMP009": "warning",
     "AMP010": "error", "AMP011": "warning", "AMP012": "warning", "AMP013": "warning", "AMP014": "error",
-    "AMP015": "error", "AMP016": "error",
+    "AMP015": "error", "AMP016": "error", "AMP017": "warning",
 }  # fmt: skip
 
 

@@ -40,6 +40,7 @@ from torch import nn
 
 from ampkit.checkpoint._digest import FileDigest, file_digest
 from ampkit.errors import CheckpointError
+from ampkit.precision.optimizer_state import load_optimizer_state
 
 __all__ = [
     "MODEL",
@@ -339,10 +340,27 @@ def load_into(model: nn.Module, optimizer: torch.optim.Optimizer, folder: str | 
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
     state = state_dicts(model, optimizer)
+    _as_saved(state[OPTIMIZER], folder)
     _load(state, folder)
-    set_state_dict(
-        model, optimizer, model_state_dict=state[MODEL], optim_state_dict=state[OPTIMIZER]
+    load_optimizer_state(  # the optimizer state in its saved dtypes, as DCP read it
+        optimizer,
+        state[OPTIMIZER],
+        load=lambda saved: set_state_dict(
+            model, optimizer, model_state_dict=state[MODEL], optim_state_dict=saved
+        ),
     )
+
+
+def _as_saved(optim_state: dict[str, Any], folder: str | Path) -> None:
+    """Give each optimizer-state tensor DCP will load into the dtype it was saved in (DCP
+    copies into the tensors it is given, casting to theirs)."""
+    entries = _index(folder).state_dict_metadata
+    for name, values in optim_state.get("state", {}).items():
+        for key, tensor in values.items():
+            saved = getattr(entries.get(f"{OPTIMIZER}.state.{name}.{key}"), "properties", None)
+            dtype = getattr(saved, "dtype", None)
+            if torch.is_tensor(tensor) and dtype is not None and dtype != tensor.dtype:
+                values[key] = torch.empty_like(tensor, dtype=dtype)
 
 
 def read_model_weights(folder: str | Path) -> dict[str, torch.Tensor]:

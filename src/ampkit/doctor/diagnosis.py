@@ -33,11 +33,12 @@ from ampkit.doctor.hooks import observe
 from ampkit.doctor.isolation import preserved_state
 from ampkit.doctor.recorder import ModuleState, Recorder
 from ampkit.doctor.report import NumericsReport
+from ampkit.doctor.roles import roles_section
 from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, PhaseRow
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
 from ampkit.precision.float_formats import number_formats
 from ampkit.precision.hardware import HardwareInfo
-from ampkit.precision.modes import PrecisionMode, precision_mode
+from ampkit.precision.modes import DoctorSection, PrecisionMode, precision_mode
 from ampkit.precision.policy import analysis_policy, parse_precision, resolve_precision
 from ampkit.precision.stats import RangeStats, effective_loss_scale, format_limits
 
@@ -168,6 +169,20 @@ def _note_fp32_outputs(
 
 def _quiet(stage: str, done: int, total: int) -> None:
     return None
+
+
+def contract_section(
+    model: nn.Module, optimizer: torch.optim.Optimizer | None, autocast: torch.dtype
+) -> DoctorSection:
+    """``dtype_contract``: what ``model`` and ``optimizer`` (None: a plain optimizer over the
+    model's parameters) train in under the candidate's autocast
+    (:func:`~ampkit.precision.contract.dtype_contract`)."""
+    from ampkit.precision.contract import dtype_contract
+
+    contract = dtype_contract(
+        optimizer, model=model, autocast=None if autocast == torch.float32 else autocast
+    )
+    return DoctorSection("dtype_contract", contract.to_text(), contract.to_dict())
 
 
 def diagnose(
@@ -333,7 +348,13 @@ def diagnose(
         findings = _note_fp32_outputs(findings, pmap)
     used = {f.name: f.to_dict() for f in number_formats()}
     report("precision mode probes", 0, 1)
-    sections = mode.doctor_sections(model, closure, steps=steps, lr=lr)
+    compute = analysis_policy(candidate, device).compute_dtype
+    roles = roles_section(model, closure, compute, device)
+    sections = [
+        *mode.doctor_sections(model, closure, steps=steps, lr=lr),
+        *([roles] if roles is not None else []),
+        contract_section(model, optimizer, compute),
+    ]
     report("precision mode probes", 1, 1)
     return NumericsReport(
         precision=mode.name,

@@ -229,6 +229,7 @@ class AmpkitPrecision(_Precision):
         for optimizer in optimizers:
             validate_param_dtypes(optimizer, self.mp.policy)
             wrapped.append(self.mp.prepare_optimizer(optimizer))
+            self.mp.check_contract(wrapped[-1], model)  # what it trains in: self.contract
         # LR schedulers keep the optimizer they were built on: a CompensatedOptimizer shares
         # its param_groups, so their learning rates reach the wrapper's steps.
         if not self._session:
@@ -244,6 +245,12 @@ class AmpkitPrecision(_Precision):
         if self._islands is not None:
             self._islands.remove()
             self._islands = None
+
+    @property
+    def contract(self) -> Any:
+        """The :class:`~ampkit.precision.contract.DtypeContract` of the last optimizer
+        connected (None before Lightning connects them)."""
+        return self.mp.contract
 
     # -- the step --------------------------------------------------------------------------
 
@@ -342,21 +349,33 @@ class AmpkitCallback(_Callback):
         trace_nonfinite: keep :func:`ampkit.detect_nonfinite` on the model during training (one
             ``aminmax`` per distinct tensor, queued without a sync; read only once a loss is
             inf/NaN) and name the module behind the first inf/NaN in :attr:`first`.
+        strict: raise instead of warning when the dtype contract finds a silent pure-bf16
+            set-up (bf16 weights under a plain optimizer and Lightning's ``bf16-mixed``).
 
     Attributes:
         skipped_steps: optimizer steps skipped so far.
         first: the :class:`~ampkit.NumericsFinding` of the first inf/NaN, or None.
         nonfinite_step: the optimizer step (1-based) whose loss was first inf/NaN, or None.
         lost_updates: the last measured lost-updates share (bf16-true), or None.
+        contracts: the :class:`~ampkit.precision.contract.DtypeContract` of each optimizer,
+            read when training starts; the loggers get the first one's fields as
+            hyperparameters (``ampkit/contract``, ``ampkit/weights``, ``ampkit/master``,
+            ``ampkit/optimizer_state``).
+
+    Warns:
+        PrecisionWarning: when training starts, once, when the model trains in pure bf16
+            nobody asked for (bf16 weights, a plain optimizer, ``bf16-mixed``), with the fix.
     """
 
-    def __init__(self, *, trace_nonfinite: bool = False) -> None:
-        if not isinstance(trace_nonfinite, bool):
-            raise ConfigurationError(
-                f"AmpkitCallback: trace_nonfinite={trace_nonfinite!r} is invalid. Use True or "
-                "False."
-            )
+    def __init__(self, *, trace_nonfinite: bool = False, strict: bool = False) -> None:
+        for name, value in [("trace_nonfinite", trace_nonfinite), ("strict", strict)]:
+            if not isinstance(value, bool):
+                raise ConfigurationError(
+                    f"AmpkitCallback: {name}={value!r} is invalid. Use True or False."
+                )
         self.trace_nonfinite = trace_nonfinite
+        self.strict = strict
+        self.contracts: list[Any] = []
         self.skipped_steps = 0
         self.first: Any = None
         self.nonfinite_step: int | None = None
@@ -369,6 +388,8 @@ class AmpkitCallback(_Callback):
     # -- the run ---------------------------------------------------------------------------
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if not self.contracts:
+            self._read_contracts(trainer, pl_module)
         if self.trace_nonfinite and self._probe is None:
             from ampkit.doctor import detect_nonfinite
 
@@ -435,6 +456,29 @@ class AmpkitCallback(_Callback):
         pl_module.log_dict(values, on_step=True, on_epoch=False, logger=True, prog_bar=False)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _read_contracts(self, trainer: Any, pl_module: Any) -> None:
+        """The dtype contract of each optimizer (warns once, or raises with ``strict``), its
+        fields sent to the loggers as hyperparameters."""
+        from ampkit.precision.contract import check_dtype_contract, summary_fields
+
+        plugin = trainer.precision_plugin
+        name = str(getattr(plugin, "precision", "32-true"))
+        autocast = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(name)
+        for optimizer in trainer.optimizers:
+            self.contracts.append(
+                check_dtype_contract(
+                    optimizer,
+                    model=pl_module,
+                    autocast=autocast,
+                    caller=f"AmpkitCallback (Lightning precision {name!r})",
+                    strict=self.strict,
+                    intended_pure_bf16=name == "bf16-true",  # asked for by name
+                )
+            )
+        if self.contracts:
+            for logger in trainer.loggers:
+                logger.log_hyperparams(dict(summary_fields(self.contracts[0])))
 
     def _read_lost_updates(self, trainer: Any) -> None:
         for optimizer in trainer.optimizers:

@@ -91,6 +91,8 @@ class AmpkitCallback(_TrainerCallback):
             with every module observed, weights and gradients left as they were) and log its
             recommendation: ``ampkit/doctor_precision`` in the log history, and the report
             in :attr:`report`.
+        strict: raise instead of warning when the dtype contract finds a silent pure-bf16
+            set-up (bf16 weights under a plain optimizer, no fp32 master).
 
     Raises:
         ConfigurationError: an argument is not a bool.
@@ -103,6 +105,15 @@ class AmpkitCallback(_TrainerCallback):
         lost_updates: the last measured lost-updates share, or None.
         autocast_dtype: the autocast dtype the model's first forward ran under (None: no
             autocast), as read inside the forward.
+        contract: the :class:`~ampkit.precision.contract.DtypeContract` read when training
+            began (weights, gradients, master copy, optimizer state, autocast); the first log
+            line of the history carries it as ``ampkit/contract``, ``ampkit/weights``,
+            ``ampkit/master`` and ``ampkit/optimizer_state``.
+
+    Warns:
+        PrecisionWarning: at the start of training, once, when the model trains in pure bf16
+            nobody asked for (a model loaded in bf16, ``bf16=True`` and a plain AdamW), with
+            the fix.
     """
 
     def __init__(
@@ -111,11 +122,13 @@ class AmpkitCallback(_TrainerCallback):
         trace_nonfinite: bool = True,
         lost_updates: bool = True,
         doctor_on_start: bool = False,
+        strict: bool = False,
     ) -> None:
         for name, value in [
             ("trace_nonfinite", trace_nonfinite),
             ("lost_updates", lost_updates),
             ("doctor_on_start", doctor_on_start),
+            ("strict", strict),
         ]:
             if not isinstance(value, bool):
                 raise ConfigurationError(
@@ -124,6 +137,9 @@ class AmpkitCallback(_TrainerCallback):
         self.trace_nonfinite = trace_nonfinite
         self.measure_lost_updates = lost_updates
         self.doctor_on_start = doctor_on_start
+        self.strict = strict
+        self.contract: Any = None
+        self._logged_contract = False
         self.skipped_steps = 0
         self.first: Any = None
         self.nonfinite_step: int | None = None
@@ -176,6 +192,9 @@ class AmpkitCallback(_TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._args = args
         model = kwargs.get("model")
+        optimizer = kwargs.get("optimizer")
+        if optimizer is not None and self.contract is None:
+            self.contract = _contract(args, model, optimizer, self.strict)
         if isinstance(model, nn.Module) and self._model is None:
             self._model = model
             self._handles = [
@@ -304,6 +323,11 @@ class AmpkitCallback(_TrainerCallback):
         if self.nonfinite_step is not None and not self._logged_finding:
             self._logged_finding = True
             text[NONFINITE_MODULE] = "" if self.first is None else self.first.module
+        if self.contract is not None and not self._logged_contract:
+            from ampkit.precision.contract import summary_fields
+
+            self._logged_contract = True
+            text.update(summary_fields(self.contract))
         if self.report is not None and not self._logged_doctor:
             self._logged_doctor = True
             text[DOCTOR_PRECISION] = str(self.report.recommendation.precision)
@@ -426,6 +450,22 @@ class AmpkitCallback(_TrainerCallback):
 
 class _NoLoss(Exception):
     pass
+
+
+def _contract(args: Any, model: Any, optimizer: Any, strict: bool) -> Any:
+    """The dtype contract of the run about to start (warns once, or raises with ``strict``)."""
+    from ampkit.precision.contract import check_dtype_contract
+
+    autocast = torch.float16 if args.fp16 else torch.bfloat16 if args.bf16 else None
+    return check_dtype_contract(
+        optimizer,
+        model=model if isinstance(model, nn.Module) else None,
+        autocast=autocast,
+        caller=f"AmpkitCallback ({'fp16' if args.fp16 else 'bf16' if args.bf16 else 'fp32'}=True)"
+        if args.fp16 or args.bf16
+        else "AmpkitCallback",
+        strict=strict,
+    )
 
 
 def _device_of(module: nn.Module) -> torch.device:

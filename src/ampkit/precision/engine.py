@@ -26,6 +26,7 @@ import torch
 from ampkit._kwargs import check_keywords
 from ampkit._validate import is_int, is_number
 from ampkit.errors import CheckpointError, ConfigurationError, ScalerStateError
+from ampkit.precision.contract import DtypeContract, check_dtype_contract
 from ampkit.precision.modes import PrecisionMode, precision_mode
 from ampkit.precision.policy import Policy, precision_session, resolve_precision
 from ampkit.precision.scaler import LossScaler, ScalerStats
@@ -313,6 +314,8 @@ class MixedPrecision:
         self._checked_optimizers: set[int] = set()
         #: Models seen by prepare_model/accumulate: clipping takes their parameter order.
         self._clip_models: list[weakref.ref[torch.nn.Module]] = []
+        #: What the run really trains in (:meth:`check_contract`), from the first step on.
+        self.contract: DtypeContract | None = None
 
     def _check_scaler(self, scaler: LossScaler | None, process_group: Any) -> LossScaler:
         if scaler is None:
@@ -545,7 +548,7 @@ class MixedPrecision:
         _check_optimizers(optimizers)
         for opt in optimizers:
             if id(opt) not in self._checked_optimizers:
-                validate_param_dtypes(opt, self.policy)
+                self.check_contract(opt)  # validate_param_dtypes, then the contract
                 self._checked_optimizers.add(id(opt))
         ids = tuple(id(opt) for opt in optimizers)
         if self._stepped_since_backward and ids != self._stepped_since_backward:
@@ -603,6 +606,31 @@ class MixedPrecision:
             micro_step=micro,
             grad_norm_tensor=norm,
         )
+
+    def check_contract(
+        self, optimizer: torch.optim.Optimizer, model: torch.nn.Module | None = None
+    ) -> DtypeContract:
+        """Read what ``optimizer`` trains in under this engine's autocast, keep it in
+        :attr:`contract` and return it (:func:`~ampkit.precision.contract.check_dtype_contract`).
+        The first :meth:`step` with an optimizer calls it; the Trainer calls it at set-up.
+
+        Raises:
+            ConfigurationError: fp16/bf16 parameters the precision does not expect
+                (:func:`validate_param_dtypes`).
+
+        Warns:
+            PrecisionWarning: bf16 weights nothing compensates (bf16-true without
+                :meth:`prepare_optimizer`), once per optimizer.
+        """
+        validate_param_dtypes(optimizer, self.policy)
+        compute = self.policy.compute_dtype
+        self.contract = check_dtype_contract(
+            optimizer,
+            model=model,
+            autocast=None if compute == torch.float32 else compute,
+            caller=f"MixedPrecision({self.policy.precision!r})",
+        )
+        return self.contract
 
     # -- checkpointing ---------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from ampkit.precision._scaler_rules import (
     state_problem,
     to_fp32,
 )
+from ampkit.precision.contract import check_dtype_contract
 
 __all__ = ["GRADSCALER_KEYS", "LossScaler", "ScalerStats"]
 
@@ -342,6 +343,8 @@ class LossScaler:
         )
 
     def _record_for(self, optimizer: torch.optim.Optimizer) -> _OptRecord:
+        if id(optimizer) not in self._per_optimizer:  # its first step: say what it trains in
+            check_dtype_contract(optimizer, caller="LossScaler")
         return self._per_optimizer.setdefault(id(optimizer), _OptRecord())
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:

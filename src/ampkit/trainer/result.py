@@ -38,6 +38,9 @@ class FitResult:
             declares (``PrecisionMode.result_field_specs``; bf16-true: how it kept small
             updates and the share it lost). Each declared name is also an attribute of the
             result, None when the run's mode did not set it.
+        dtype_contract: what the run really trained in, read at set-up
+            (:meth:`~ampkit.precision.contract.DtypeContract.to_dict`: ``kind``, weight,
+            gradient and optimizer-state dtypes per param group, master copy, autocast).
     """
 
     precision: str
@@ -59,6 +62,7 @@ class FitResult:
     scale_history: list[tuple[int, float]] = field(default_factory=list)
     eval_history: list[EvalResult] = field(default_factory=list)
     mode_fields: dict[str, Any] = field(default_factory=dict)
+    dtype_contract: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         check_declared(self, self.mode_fields, "result")

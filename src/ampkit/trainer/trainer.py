@@ -194,6 +194,9 @@ class Trainer:
             standard settings); refused under bf16/fp32, which need no loss scaling.
         keep_fp32: module names or types to run in fp32 inside autocast
             (:func:`ampkit.precision.fp32_modules`, e.g. ``ampkit doctor``'s recommendation).
+            Under ``precision="auto"`` and a low precision, none given keeps the MoE routers
+            and the LM head in fp32 (:mod:`ampkit.precision.roles`; ``FitResult.notes`` names
+            them); a list given replaces that default.
         final_weights: write the final weights here in fp32 safetensors (rank 0; gathered
             from the shards under FSDP2).
         checkpoint: a :class:`~ampkit.CheckpointConfig` (folder, interval, retention, resume,
@@ -499,6 +502,9 @@ class Trainer:
                 batch = to_device(example_batch(train_data, args.batch_size), self.device)
                 return batch_loss(model, batch, args.loss_fn)
 
+        # routers and the LM head under "auto" with no keep_fp32 of the caller's
+        if self.mp.policy.requested == "auto" and self.fp32_islands is None and closure:
+            self._keep_roles_fp32(model, closure)
         setup = TrainingSetup(
             model,
             closure=closure,
@@ -528,6 +534,7 @@ class Trainer:
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(self.model.parameters())
         optimizer = self.mp.prepare_optimizer(optimizer)
+        self.mp.check_contract(optimizer, self.model)  # FitResult.dtype_contract
         sched = args.scheduler
         scheduler = sched(optimizer) if callable(sched) and not hasattr(sched, "step") else sched
         if self.compile:
@@ -544,6 +551,25 @@ class Trainer:
             seed=args.seed,
         )
         self.checkpointer.start(self.parts)  # the layout; the folder's lock (rank 0)
+
+    def _keep_roles_fp32(self, model: nn.Module, closure: Callable[[], torch.Tensor]) -> None:
+        """Under ``precision="auto"`` without ``keep_fp32``: keep the MoE routers and the LM
+        head in fp32 (:func:`~ampkit.precision.roles.find_roles`, one forward of the first
+        batch with the model's state and the RNG restored), when the precision is low."""
+        if self.mp.policy.compute_dtype == torch.float32:
+            return
+        from ampkit.doctor.isolation import preserved_state
+        from ampkit.precision.fp32_modules import keep_fp32 as make_islands
+        from ampkit.precision.roles import find_roles
+
+        with preserved_state(model, self.device):
+            roles = find_roles(model, closure)
+        if roles.names:
+            self.fp32_islands = make_islands(model, roles.names)
+            self.notes.append(
+                f"kept in fp32 by role under precision='auto': {', '.join(roles.names)} (MoE "
+                "routers and the LM head; pass keep_fp32=[...] to choose yourself)"
+            )
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -841,6 +867,7 @@ class Trainer:
             scale_history=list(stats.scale_history),
             eval_history=list(self.eval_history),
             mode_fields=self.mp.mode.result_fields(),
+            dtype_contract=self.mp.contract.to_dict() if self.mp.contract else None,
         )
 
     def save_checkpoint(self) -> Path | None:

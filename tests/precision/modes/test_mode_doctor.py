@@ -75,8 +75,10 @@ def test_diagnose_takes_a_mode_object_and_appends_its_sections():
     model, closure = mlp()
     report = ampkit.diagnose(model, closure, ampkit.Fp8("rowwise"), steps=1)
     assert report.precision == "fp8" and report.measured_format == "bf16"
-    assert [s.key for s in report.sections] == ["fp8_plan"]
+    # the mode's sections, then the dtype contract every report carries
+    assert [s.key for s in report.sections] == ["fp8_plan", "dtype_contract"]
     assert report.to_dict()["fp8_plan"] == report.sections[0].to_dict()
-    assert report.to_text().endswith(report.sections[0].to_text())
+    assert report.to_text().endswith(report.sections[-1].to_text())
     plain = ampkit.diagnose(model, closure, "fp16", steps=1)
-    assert plain.sections == () and plain.to_dict()["measured_as"] == "fp16"
+    assert [s.key for s in plain.sections] == ["dtype_contract"]
+    assert plain.to_dict()["measured_as"] == "fp16"

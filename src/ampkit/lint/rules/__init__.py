@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ampkit.lint.rules import accumulation, deprecated, precision, scaling, steps
+from ampkit.lint.rules import accumulation, contract, deprecated, precision, scaling, steps
 from ampkit.lint.rules.base import RULES, Rule, register
 
 __all__ = ["RULES", "Rule", "all_rules", "register"]
 
-_MODULES = (accumulation, deprecated, precision, scaling, steps)
+_MODULES = (accumulation, contract, deprecated, precision, scaling, steps)
 
 
 def all_rules() -> list[type[Rule]]:

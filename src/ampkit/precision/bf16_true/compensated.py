@@ -58,6 +58,7 @@ __all__ = [
     "CompensatedOptimizer",
     "Compensation",
     "StatePrecision",
+    "missing_masters",
     "stochastic_round_bf16",
 ]
 
@@ -220,6 +221,38 @@ def _round(x: torch.Tensor, stochastic: bool, generator: torch.Generator | None)
     return stochastic_round_bf16(x, generator) if stochastic else x.to(torch.bfloat16)
 
 
+def missing_masters(optimizer: CompensatedOptimizer, state_dict: dict[str, Any]) -> list[str]:
+    """What the saved state of each bf16 parameter lacks for ``optimizer``'s settings, one
+    entry per parameter (named as the state dict keys it): the Kahan residual of a weight
+    under ``kahan``, fp32 moments under ``state_precision="fp32"``, a moment's residual under
+    ``"bf16-kahan"``. A parameter without saved moments (never stepped) needs nothing."""
+    keys = [key for group in state_dict.get("param_groups", []) for key in group["params"]]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    saved_all = state_dict.get("state", {})
+    problems = []
+    for key, param in zip(keys, params, strict=False):
+        saved = saved_all.get(key) or {}
+        if param.dtype != torch.bfloat16:
+            continue
+        moments = {k: v for k, v in saved.items() if _is_moment(k, v, param)}
+        if not moments:
+            continue
+        lacks = []
+        if optimizer.compensation == "kahan" and COMPENSATION_KEY not in saved:
+            lacks.append(f"the weight's Kahan residual ({COMPENSATION_KEY!r})")
+        for name, value in moments.items():
+            if optimizer.state_precision == "fp32" and value.dtype != torch.float32:
+                lacks.append(f"{name} in fp32 (saved in {str(value.dtype)[6:]})")
+            elif (
+                optimizer.state_precision == "bf16-kahan"
+                and name + STATE_COMPENSATION_SUFFIX not in saved
+            ):
+                lacks.append(f"the residual of {name} ({name + STATE_COMPENSATION_SUFFIX!r})")
+        if lacks:
+            problems.append(f"parameter {key!r} lacks {', '.join(lacks)}")
+    return problems
+
+
 class CompensatedOptimizer(torch.optim.Optimizer):
     """Wrap ``optimizer`` so that its updates of bf16 parameters and of their state are
     computed in fp32 and stored compensated.
@@ -287,7 +320,24 @@ class CompensatedOptimizer(torch.optim.Optimizer):
 
         torch casts every loaded floating state tensor to its parameter's dtype; fp32 state
         of a bf16 parameter is put back in fp32 here, so a resume is exact.
+
+        Raises:
+            CheckpointError: the state lacks what this compensation and state precision need
+                to continue exactly (:func:`missing_masters`); nothing is loaded then.
         """
+        missing = missing_masters(self, state_dict)
+        if missing:
+            from ampkit.errors import CheckpointError
+
+            raise CheckpointError(
+                f"CompensatedOptimizer.load_state_dict: the state lacks what "
+                f"compensation={self.compensation!r}, state_precision={self.state_precision!r} "
+                f"needs to continue exactly: {'; '.join(missing[:3])}"
+                + (f" (and {len(missing) - 3} more)" if len(missing) > 3 else "")
+                + ". Without them the bf16 weights (or state) resume rounded and drift from "
+                "the saved run. Resume with the settings the checkpoint was saved with "
+                "(Bf16True(update_compensation=..., state_precision=...)), or start fresh."
+            )
         self.optimizer.load_state_dict(state_dict)
         self.param_groups = self.optimizer.param_groups
         self.state = self.optimizer.state

@@ -32,7 +32,14 @@ from ampkit.precision.batches import batch_loss
 from ampkit.precision.fp8.convert import RECIPES, linear_kept_reason
 from ampkit.precision.stats import RangeStats, format_limits
 
-__all__ = ["Fp8Plan", "LayerDecision", "fp8_plan", "predicted_speedup", "size_prior"]
+__all__ = [
+    "Fp8Plan",
+    "LayerDecision",
+    "check_module_filter",
+    "fp8_plan",
+    "predicted_speedup",
+    "size_prior",
+]
 
 #: Published torchao tensorwise speed-ups (H100, forward+backward, compiled) that the predicted
 #: column interpolates between, on log2(M*K*N): (1024, 2048, 1024) -> 0.80x and
@@ -82,6 +89,11 @@ class LayerDecision:
         grad_lost: the same for the output gradient in e5m2.
         fp8: the decision.
         reason: why, in a few words.
+        recipe_errors: the worst relative GEMM error of each torchao recipe on the example
+            batch, emulated (:func:`~ampkit.precision.fp8.recipes.recipe_errors`); None
+            without a batch.
+        recommended_recipe: the recipe recommended for this layer from those errors (and,
+            on CUDA, the measured speed of each recipe); None without a batch.
     """
 
     name: str
@@ -94,6 +106,8 @@ class LayerDecision:
     grad_lost: float | None
     fp8: bool
     reason: str
+    recipe_errors: dict[str, float] | None = None
+    recommended_recipe: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,11 @@ class Fp8Plan:
     recipe: str
     layers: tuple[LayerDecision, ...]
     measured: bool
+
+    @property
+    def layer_recipes(self) -> dict[str, str]:
+        """The recipe each selected layer trains in (recorded in checkpoints)."""
+        return {name: self.recipe for name in self.selected}
 
     @property
     def selected(self) -> tuple[str, ...]:
@@ -162,6 +181,8 @@ class Fp8Plan:
                 "e5m2 grad lost",
                 "fp8",
                 "reason",
+                "error t / r / gw",
+                "recommended",
             )
         ]
         for d in self.layers:
@@ -178,6 +199,8 @@ class Fp8Plan:
                     pct(d.grad_lost),
                     "yes" if d.fp8 else "no",
                     d.reason,
+                    _errors_text(d.recipe_errors),
+                    d.recommended_recipe or "-",
                 )
             )
         lines = text_table(rows, rule=False)
@@ -185,13 +208,34 @@ class Fp8Plan:
             "measured on this GPU" if self.measured else "no CUDA: speed from torchao's size prior"
         )
         head = f"fp8 plan ({self.recipe}; {how}): {len(self.selected)} of {len(self.layers)} Linear layers in fp8"
-        return "\n".join([head, *lines])
+        from ampkit.precision.fp8.recipes import DEFAULT_WHY
+
+        foot = (
+            "recipe errors: worst mean per-row relative GEMM error (output, input and weight "
+            "gradients) of "
+            "tensorwise / rowwise / rowwise_with_gw_hp, emulated on the example batch; "
+            f"{DEFAULT_WHY}"
+        )
+        return "\n".join([head, *lines, foot])
+
+
+#: Rows of each Linear's input and output gradient kept to measure the recipes' errors.
+_SAMPLE_ROWS = 1024
+
+
+def _errors_text(errors: dict[str, float] | None) -> str:
+    if not errors:
+        return "-"
+    return " / ".join(f"{100 * errors[r]:.2f}%" for r in RECIPES if r in errors)
 
 
 def _observe(
-    model: nn.Module, run: Callable[[], torch.Tensor]
+    model: nn.Module,
+    run: Callable[[], torch.Tensor],
+    samples: dict[str, list[torch.Tensor]] | None = None,
 ) -> dict[str, tuple[int, RangeStats, RangeStats]]:
-    """Run one fp32 forward+backward; per Linear: rows of its input, input and grad stats."""
+    """Run one fp32 forward+backward; per Linear: rows of its input, input and grad stats
+    (and, into ``samples``, the first rows of its first input and output gradient)."""
     limits = {k: v for k, v in format_limits().items() if k.startswith("fp8")}
     seen: dict[str, tuple[int, RangeStats, RangeStats]] = {}
     handles = []
@@ -202,8 +246,18 @@ def _observe(
             rows = x.numel() // max(x.shape[-1], 1)
             _, inputs, grads = seen.setdefault(name, (rows, RangeStats(limits), RangeStats(limits)))
             inputs.add(x)
+            keep = samples is not None and name not in samples
+            if keep:
+                samples[name] = [x.detach().reshape(-1, x.shape[-1])[:_SAMPLE_ROWS].clone()]  # type: ignore[index]
             if output.requires_grad:
-                output.register_hook(lambda g: grads.add(g))
+
+                def on_grad(g: torch.Tensor) -> None:
+                    grads.add(g)
+                    if keep and len(samples[name]) == 1:  # type: ignore[index]
+                        rows = g.detach().reshape(-1, g.shape[-1])[:_SAMPLE_ROWS].clone()
+                        samples[name].append(rows)  # type: ignore[index]
+
+                output.register_hook(on_grad)
 
         return forward
 
@@ -249,6 +303,7 @@ def fp8_plan(
     max_lost: float = 0.01,
     min_speedup: float = 1.0,
     use_size_prior: bool = True,
+    exclude: Iterable[str] = (),
 ) -> Fp8Plan:
     """Decide, per ``nn.Linear`` of ``model`` (subclasses included), whether to train it in fp8 (module doc: rules).
 
@@ -265,12 +320,19 @@ def fp8_plan(
         min_speedup: smallest measured speed-up that converts a layer.
         use_size_prior: where nothing was measured, apply torchao's size thresholds; False
             converts every layer that passes the shape and numerics rules (emulated runs).
+        exclude: module names to leave in bf16, with the layers inside them (the LM head, a
+            router). Every name must be a module of ``model``.
+
+    With a batch or closure every layer also gets each recipe's emulated error and a
+    recommended recipe (:mod:`ampkit.precision.fp8.recipes`; the plan still applies
+    ``recipe`` to every selected layer).
 
     Without a batch or closure only the shape rules and the size prior decide.
 
     Raises:
         ConfigurationError: unknown recipe, both a batch and a closure, ``measure=True``
-            off CUDA, or a batch that does not give a scalar loss.
+            off CUDA, a batch that does not give a scalar loss, or an ``exclude`` name that
+            matches no module (one line listing them).
     """
     if recipe not in RECIPES:
         raise ConfigurationError(
@@ -286,10 +348,12 @@ def fp8_plan(
             f"fp8_plan: measure=True needs the model on a CUDA device, but it is on {device}. "
             "Move the model to the GPU, or pass measure=None to use the size prior."
         )
+    excluded = check_module_filter(model, exclude, "exclude")
     seen: dict[str, tuple[int, RangeStats, RangeStats]] = {}
+    samples: dict[str, list[torch.Tensor]] = {}
     if closure is not None or example_batch is not None:
         run = closure or (lambda: batch_loss(model, example_batch, loss_fn))
-        seen = _observe(model, run)
+        seen = _observe(model, run, samples)
     timings: dict[tuple[int, int, int], float] = {}
     decisions = []
     for name, module in model.named_modules():
@@ -302,8 +366,11 @@ def fp8_plan(
         grad_lost = _lost(grads, "fp8_e5m2") if grads is not None else None
         predicted = predicted_speedup(tokens, k, n) if tokens else None
         measured = None
+        errors, recommended = _recipes(module, samples.get(name), measure, device)
         if kept is not None:
             fp8, reason = False, f"kept: {kept}"
+        elif _inside(name, excluded):
+            fp8, reason = False, "excluded (exclude=)"
         elif k % 16 or n % 16:
             fp8, reason = False, f"K={k} or N={n} not divisible by 16"
         elif max(input_lost or 0.0, grad_lost or 0.0) > max_lost:
@@ -328,7 +395,77 @@ def fp8_plan(
             fp8, reason = True, "shape and numerics pass (size prior not applied)"
         decisions.append(
             LayerDecision(
-                name, k, n, tokens, predicted, measured, input_lost, grad_lost, fp8, reason
+                name,
+                k,
+                n,
+                tokens,
+                predicted,
+                measured,
+                input_lost,
+                grad_lost,
+                fp8,
+                reason,
+                errors,
+                recommended,
             )
         )
     return Fp8Plan(recipe=recipe, layers=tuple(decisions), measured=bool(timings))
+
+
+def check_module_filter(model: nn.Module, names: Iterable[str], argument: str) -> tuple[str, ...]:
+    """Return ``names`` if every one is a module of ``model``.
+
+    Raises:
+        ConfigurationError: one line listing the names that match no module (a stale filter
+            would otherwise leave the layer it meant in fp8, silently).
+    """
+    wanted = tuple(names)
+    modules = {n for n, _ in model.named_modules()}
+    stale = [n for n in wanted if n not in modules]
+    if stale:
+        import difflib
+
+        hints = [
+            f"{n!r}"
+            + (
+                f" (did you mean {m[0]!r}?)"
+                if (m := difflib.get_close_matches(n, modules, 1))
+                else ""
+            )
+            for n in stale
+        ]
+        raise ConfigurationError(
+            f"fp8_plan: {argument} names {len(stale)} module(s) that match no module of "
+            f"{type(model).__name__}: {', '.join(hints)}. Use names as model.named_modules() "
+            "spells them.",
+            argument=argument,
+        )
+    return wanted
+
+
+def _inside(name: str, modules: tuple[str, ...]) -> bool:
+    return any(name == m or name.startswith(f"{m}.") or m == "" for m in modules)
+
+
+def _recipes(
+    module: nn.Linear, sample: list[torch.Tensor] | None, measure: bool, device: torch.device
+) -> tuple[dict[str, float] | None, str | None]:
+    """Each recipe's emulated error on the layer's sample, and the recommended recipe (on
+    CUDA with ``measure``: from the speed of each recipe too)."""
+    if not sample:
+        return None, None
+    from ampkit.precision.fp8.recipes import recipe_errors, recommend_recipe
+
+    errors = recipe_errors(sample[0], module.weight, sample[1] if len(sample) > 1 else None)
+    speedups = None
+    if measure:
+        from ampkit.precision.fp8.microbench import time_linear
+
+        rows = sample[0].shape[0]
+        speedups = {}
+        for recipe in errors:
+            bf16_ms, fp8_ms = time_linear(
+                rows, module.in_features, module.out_features, recipe, device
+            )
+            speedups[recipe] = bf16_ms / fp8_ms
+    return errors, recommend_recipe(errors, speedups)

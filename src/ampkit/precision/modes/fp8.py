@@ -196,6 +196,36 @@ class Fp8(PrecisionMode):
 
             precompute_fsdp_scales(self._model)
 
+    def state_dict(self) -> dict[str, Any]:
+        """``{"layer_recipes": {layer: recipe}}``: the recipe each converted layer trains in,
+        so a resume cannot change it silently (empty before the plan exists)."""
+        plan = self._plan
+        return {} if plan is None else {"layer_recipes": plan.layer_recipes}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Check that this run trains the same layers in the same recipes as the checkpoint.
+        A checkpoint without fp8 state (written before it was recorded) is accepted.
+
+        Raises:
+            CheckpointError: another recipe, or other layers, than the checkpoint's.
+        """
+        saved = dict(state.get("layer_recipes", {})) if state else {}
+        now = self._plan.layer_recipes if self._plan is not None else None
+        if not saved or now is None or saved == now:
+            return
+        from ampkit.errors import CheckpointError
+
+        changed = sorted(
+            f"{n}: {saved.get(n, 'bf16')} -> {now.get(n, 'bf16')}"
+            for n in set(saved) | set(now)
+            if saved.get(n) != now.get(n)
+        )
+        raise CheckpointError(
+            f"fp8: the checkpoint's layers trained in other fp8 recipes than this run's plan "
+            f"({len(changed)} differ: {'; '.join(changed[:4])}). A resume must keep them: pass "
+            "the plan of the saved run (ampkit.Fp8(recipe=..., plan=...)), or start fresh."
+        )
+
     def doctor_sections(
         self,
         model: nn.Module,

@@ -21,6 +21,7 @@ resume in :mod:`~ampkit.trainer.checkpointing.resume`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -33,6 +34,7 @@ from ampkit.checkpoint import folder as folder
 from ampkit.checkpoint import sharded
 from ampkit.errors import CheckpointError
 from ampkit.precision.engine import MixedPrecision
+from ampkit.precision.optimizer_state import load_optimizer_state
 from ampkit.trainer.checkpointing.reshard import data_position, reshard_counters
 from ampkit.trainer.checkpointing.rng import get_rng_state, set_rng_state
 from ampkit.trainer.distributed import DistContext
@@ -215,14 +217,15 @@ def _load_full(
         )
 
         set_model_state_dict(parts.model, dict(weights), options=_full_options())
-        set_optimizer_state_dict(
-            parts.model, parts.optimizer, state[OPTIMIZER], options=_full_options()
+        load: Callable[[Any], Any] = lambda saved: set_optimizer_state_dict(  # noqa: E731
+            parts.model, parts.optimizer, saved, options=_full_options()
         )
     else:
         with torch.no_grad():
             for name, tensor in parts.model.state_dict().items():
                 tensor.copy_(weights[name])
-        parts.optimizer.load_state_dict(state[OPTIMIZER])
+        load = parts.optimizer.load_state_dict
+    load_optimizer_state(parts.optimizer, state[OPTIMIZER], load=load)  # saved dtypes kept
 
 
 def restore(parts: TrainingParts, path: Path, *, allow_precision_change: bool = False) -> Restored:

@@ -1,0 +1,232 @@
+"""Rules about the dtype contract: what the weights and the optimizer really train in."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ampkit.lint.analysis import FileAnalysis
+from ampkit.lint.findings import Finding, Severity
+from ampkit.lint.rules.base import Rule, register
+
+__all__ = ["PureBf16WithoutMaster"]
+
+#: ``torch.optim`` optimizers that keep their state in the parameter's dtype, with no master.
+_PLAIN = frozenset(
+    {"Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "ASGD", "NAdam", "RAdam",
+     "RMSprop", "Rprop", "SGD", "SparseAdam"}
+)  # fmt: skip
+#: Names whose presence in a file means the low-precision weights are looked after: an fp32
+#: master, Kahan summation or stochastic rounding.
+_CARED = frozenset(
+    {"CompensatedOptimizer", "Bf16True", "MixedPrecision", "AnyPrecisionAdamW",
+     "bf16_stochastic_round", "kahan_sum", "master_weights", "optimi"}
+)  # fmt: skip
+
+
+def _is_bf16(node: ast.expr | None) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr == "bfloat16"
+    return isinstance(node, ast.Constant) and node.value in ("bfloat16", "bf16")
+
+
+def _is_fp32(node: ast.expr | None) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("float32", "float")
+    return isinstance(node, ast.Constant) and node.value in ("float32", "fp32")
+
+
+def _root(node: ast.expr) -> str | None:
+    """The name a method chain starts from: ``model`` for ``model.to(...).train()``."""
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _dtype_args(call: ast.Call) -> list[ast.expr]:
+    return [*call.args, *(k.value for k in call.keywords if k.arg in ("dtype", "torch_dtype"))]
+
+
+@dataclass(frozen=True)
+class _Cast:
+    """One change of a model's dtype: low (bf16, or ``dtype="auto"``) or back to fp32."""
+
+    line: int
+    low: bool
+    how: str
+
+
+def _casts(call: ast.Call) -> _Cast | None:
+    """What ``call`` does to the dtype of the model it returns or changes, if anything."""
+    func = call.func
+    if not isinstance(func, ast.Attribute):
+        return None
+    if func.attr == "from_pretrained":
+        for k in call.keywords:
+            if k.arg in ("dtype", "torch_dtype"):
+                if isinstance(k.value, ast.Constant) and k.value.value == "auto":
+                    return _Cast(call.lineno, True, f'from_pretrained({k.arg}="auto")')
+                if _is_bf16(k.value):
+                    return _Cast(call.lineno, True, f"from_pretrained({k.arg}=bfloat16)")
+                return _Cast(call.lineno, False, "from_pretrained")
+        return None
+    if func.attr == "bfloat16" and not call.args:
+        return _Cast(call.lineno, True, ".bfloat16()")
+    if func.attr == "float" and not call.args:
+        return _Cast(call.lineno, False, ".float()")
+    if func.attr == "to":
+        args = _dtype_args(call)
+        if any(_is_bf16(a) for a in args):
+            return _Cast(call.lineno, True, ".to(torch.bfloat16)")
+        if any(_is_fp32(a) for a in args):
+            return _Cast(call.lineno, False, ".to(torch.float32)")
+    return None
+
+
+def _optimizer(call: ast.Call) -> tuple[str, set[str]] | None:
+    """``(class name, models whose .parameters() it takes)`` for a plain ``torch.optim``
+    optimizer call, else None."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        base = func.value
+        within = (isinstance(base, ast.Attribute) and base.attr == "optim") or (
+            isinstance(base, ast.Name) and base.id == "optim"
+        )
+        name = func.attr if within else None
+    else:
+        name = func.id if isinstance(func, ast.Name) else None
+    if name not in _PLAIN or not call.args:
+        return None
+    models = {
+        root
+        for node in ast.walk(call.args[0])
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("parameters", "named_parameters")
+        and (root := _root(node.func.value)) is not None
+    }
+    return (name, models) if models else None
+
+
+def _scopes(tree: ast.Module) -> Iterator[list[ast.stmt]]:
+    """The module's statements, then each function's, each without nested functions."""
+    yield tree.body
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.body
+
+
+def _calls(statements: list[ast.stmt]) -> Iterator[tuple[ast.Call, str | None]]:
+    """Every call of the scope in source order, with the name an assignment gives its result
+    (or the name a bare method call such as ``model.bfloat16()`` changes in place)."""
+    found: list[tuple[tuple[int, int], ast.Call, str | None]] = []
+    stack: list[ast.AST] = list(statements)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        target = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0].id if isinstance(node.targets[0], ast.Name) else None
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            target = _root(node.value)
+        if target is not None:
+            value = node.value  # type: ignore[attr-defined]
+            for sub in ast.walk(value):
+                if isinstance(sub, ast.Call):
+                    found.append(((sub.lineno, sub.col_offset), sub, target))
+            continue
+        if isinstance(node, ast.Call):
+            found.append(((node.lineno, node.col_offset), node, None))
+        stack.extend(ast.iter_child_nodes(node))
+    for _, call, target in sorted(found, key=lambda item: item[0]):
+        yield call, target
+
+
+@register
+class PureBf16WithoutMaster(Rule):
+    """A model left in bf16 and trained by a plain ``torch.optim`` optimizer: pure bf16 with
+    no fp32 master.
+
+    ``from_pretrained(..., dtype="auto")`` (the default of transformers v5) loads a bf16
+    checkpoint in bf16, as ``dtype=torch.bfloat16``, ``.bfloat16()`` or
+    ``.to(torch.bfloat16)`` do on purpose. A ``torch.optim`` optimizer over those parameters
+    then keeps the weights and its state (AdamW's two moments) in bf16, and autocast
+    (``bf16=True``) changes nothing about it: every update smaller than half a bf16 ulp of its
+    weight is rounded away, step after step, with no error (late-stage loss plateaus well
+    above an fp32-master run). Keep the weights in fp32 (``model.float()``, or
+    ``dtype=torch.float32``) and train under bf16 autocast, or train in pure bf16 on purpose
+    with compensated updates (``ampkit.Bf16True``, Kahan summation or stochastic rounding).
+
+    Not reported: a cast back to fp32 before the optimizer is built, and files that use an
+    fp32 master or compensated updates (``CompensatedOptimizer``, ``Bf16True``,
+    ``MixedPrecision``, torchao's ``bf16_stochastic_round``, torch-optimi's ``kahan_sum``).
+
+    Measured (not tuned on) over huggingface/alignment-handbook@925acdf, artidoro/qlora@7f4e95a,
+    tatsu-lab/stanford_alpaca@761dc5b and OpenRLHF/OpenRLHF@3c3be62: no finding. None of them
+    builds a plain ``torch.optim`` optimizer over a bf16 model in one function: they pass a
+    ``dtype`` read from a config and train through the Hugging Face Trainer (TRL) or DeepSpeed,
+    which this rule does not follow (the Hugging Face Trainer case is what ``AmpkitCallback``'s
+    dtype contract checks at run time), so the rule's precision and recall are not measured yet.
+
+    Bad::
+
+        model = AutoModelForCausalLM.from_pretrained(name, dtype="auto")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+
+    Good::
+
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(**batch).loss
+    """
+
+    code = "AMP017"
+    name = "pure-bf16-no-master"
+    severity = Severity.WARNING
+    summary = (
+        "A model loaded or cast to bf16 is trained by a plain torch.optim optimizer: no fp32 "
+        "master, small updates are lost."
+    )
+
+    def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        tree = analysis.tree
+        names = {
+            n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Name, ast.Attribute))
+        }
+        modules = {
+            alias.name.split(".")[0]
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for alias in (n.names if isinstance(n, ast.Import) else [ast.alias(n.module or "")])
+        }
+        if names & _CARED or modules & _CARED:
+            return
+        for statements in _scopes(tree):
+            state: dict[str, _Cast] = {}
+            for call, target in _calls(statements):
+                cast = _casts(call)
+                if cast is not None and target is not None:
+                    state[target] = cast
+                    continue
+                built = _optimizer(call)
+                if built is None:
+                    continue
+                optimizer, models = built
+                low = [m for m in sorted(models) if m in state and state[m].low]
+                if low:
+                    model = low[0]
+                    how = state[model]
+                    yield self.finding(
+                        analysis,
+                        call,
+                        f"{model} holds bf16 weights ({how.how} on line {how.line}) and "
+                        f"{optimizer} over its parameters keeps them and its state in bf16 with "
+                        "no fp32 master (updates under half a bf16 ulp are lost); cast the "
+                        f"model to fp32 ({model}.float()) and train under bf16 autocast, or "
+                        "use ampkit.Bf16True for compensated pure bf16",
+                    )
