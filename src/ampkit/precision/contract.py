@@ -111,8 +111,8 @@ class GroupContract:
         weights: the dtypes of those parameters (``"fp32"``, ``"bf16"``), sorted.
         state: the dtypes of their per-element optimizer state (moments, Kahan residuals),
             read from the state when the optimizer has stepped, else what a ``torch.optim``
-            optimizer will allocate (its parameter's dtype; fp32 for a compensated bf16 one
-            under ``state_precision="fp32"``).
+            optimizer will allocate (its parameter's dtype; for a compensated bf16 one what
+            its ``state_dtype`` says).
         state_read: whether :attr:`state` was read from the state (False: predicted).
     """
 
@@ -209,9 +209,8 @@ def _state_dtypes(optimizer: Any, param: torch.Tensor, compensated: bool) -> tup
             if k != "step" and torch.is_tensor(v) and v.is_floating_point() and v.dim() > 0
         }
         return found, True
-    if compensated and param.dtype == torch.bfloat16:
-        precision = getattr(optimizer, "state_precision", "fp32")
-        return ({"fp32"} if precision == "fp32" else {"bf16"}), False
+    if compensated:  # the compensating optimizer says how it keeps the state
+        return {_name(optimizer.state_dtype(param))}, False
     return {_name(param.dtype)}, False
 
 

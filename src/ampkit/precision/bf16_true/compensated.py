@@ -361,6 +361,14 @@ class CompensatedOptimizer(torch.optim.Optimizer):
                     exact.copy_(value)
                     loaded[key] = exact
 
+    def state_dtype(self, param: torch.Tensor) -> torch.dtype:
+        """The dtype the per-element state of ``param`` is kept in (before any step: what it
+        will be): fp32 for a bf16 parameter unless the state is stored in bf16, else the
+        parameter's own dtype."""
+        if param.dtype == torch.bfloat16 and self.state_precision == "fp32":
+            return torch.float32
+        return param.dtype
+
     def measure_next_step(self) -> None:
         """Count lost updates in the next ``step()`` (a few elementwise ops per tensor); read
         them with :meth:`lost_updates`."""
