@@ -117,6 +117,7 @@ def _lightning_module(pl, overflow: set[int]):
     return Regression()
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.filterwarnings("ignore::ampkit.errors.PrecisionWarning")
 def test_lightning_callback_counts_carry_over_a_resume(tmp_path):

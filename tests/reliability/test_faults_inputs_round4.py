@@ -125,3 +125,45 @@ def test_export_of_missing_or_non_safetensors_weights_exits_2(tmp_path):
     text.write_text("not weights")
     wrong = cli("export", "--checkpoint", str(text), "--out", out, "--no-progress")
     assert wrong.code == 2 and "not a readable safetensors file" in error_line(wrong)
+
+
+# -- item 15: a signal outside the training loop says so -----------------------------------------
+
+
+_SLOW_FACTORY = """
+import pathlib, time
+import torch
+
+
+def make():
+    pathlib.Path("building").write_text("")  # the command is running: the signal may come
+    time.sleep(120)
+    return torch.nn.Linear(2, 2), lambda: torch.zeros((), requires_grad=True)
+"""
+
+
+@pytest.mark.timeout(200)
+def test_sigterm_before_training_starts_is_one_line_and_the_signal_exit_status(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "slowmodel.py").write_text(_SLOW_FACTORY)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "ampkit", "doctor", "--model", "slowmodel:make", "--no-progress"],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 150
+    while not (tmp_path / "building").exists():
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, stderr = child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGTERM  # as without a handler: exit status 143
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ampkit: error: stopped by SIGTERM"), stderr

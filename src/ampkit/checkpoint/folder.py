@@ -9,7 +9,8 @@ A checkpoint is a folder ``step-00000100/`` in one of two layouts:
   ``state.pt`` (everything else);
 
 plus, in both, ``manifest.json`` (format version, layout, step, world size, data position,
-tied-weight aliases, and a BLAKE3 digest and size per file) and ``COMPLETE``, written last; a folder
+tied-weight aliases, and a BLAKE3 digest and size per file) and ``COMPLETE``, written last, which
+seals the manifest with its own BLAKE3 (format 4; :mod:`ampkit.checkpoint.manifest`); a folder
 without it is never picked up. ``state.pt`` is loaded with ``torch.load(weights_only=True)``.
 
 Writing is atomic, with one or many writers: rank 0 makes ``step-00000100.tmp-<pid>/``
