@@ -167,3 +167,32 @@ def test_sigterm_before_training_starts_is_one_line_and_the_signal_exit_status(t
     assert child.returncode == -signal.SIGTERM  # as without a handler: exit status 143
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("ampkit: error: stopped by SIGTERM"), stderr
+
+
+# -- item 13: a stop on a signal under --nproc is not "rank 1 failed first" ------------------------
+
+
+def test_ranks_stopped_together_by_sigterm_name_no_rank_as_failed_first(tmp_path):
+    """Rank 0 got SIGTERM; both ranks stopped at the same step and wrote the checkpoint; rank
+    1 exited first (143) and the agent's SIGTERM ended rank 0 while it finished: torchrun's
+    records as the launcher reads them."""
+    import json
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from ampkit.cli.torchrun import _exit_status
+
+    def failure(rank: int, exitcode: int, at: int) -> ProcessFailure:
+        error_file = tmp_path / f"error-{rank}.json"
+        error_file.write_text(json.dumps({"message": f"rank {rank}", "timestamp": at}))
+        return ProcessFailure(
+            local_rank=rank, pid=1000 + rank, exitcode=exitcode, error_file=str(error_file)
+        )
+
+    stopped = {0: failure(0, -signal.SIGTERM, 101), 1: failure(1, 128 + signal.SIGTERM, 100)}
+    assert _exit_status(stopped) == (128 + signal.SIGTERM, None)  # rank 0's stop line speaks
+    # a rank that really failed is still named
+    failed = {0: failure(0, -signal.SIGTERM, 101), 1: failure(1, 3, 100)}
+    status, line = _exit_status(failed)
+    assert status == 3 and line is not None and "rank 1 (PID 1001) failed first" in line
