@@ -6,6 +6,10 @@ temporary file is renamed over the target with ``os.replace`` and the folder is 
 rename itself survives a power cut. On any error the temporary file is removed.
 
 Append-only logs (``metrics.jsonl``) grow by whole records with :func:`append_record` instead.
+
+Small files ampkit reads back (manifests, ``--config``) go through :func:`read_regular` (a
+regular file only, never blocking on a FIFO or device, at most a given size) and JSON through
+:func:`load_json` (nesting bounded before the parser sees it).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import errno
 import json
 import math
 import os
+import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -24,6 +30,8 @@ __all__ = [
     "fsync_dir",
     "is_disk_full",
     "json_safe",
+    "load_json",
+    "read_regular",
     "refuses_new_files",
     "write_json",
 ]
@@ -154,3 +162,72 @@ def refuses_new_files(folder: str | Path) -> str | None:
             return None
     except OSError as exc:
         return exc.strerror or str(exc)
+
+
+def _kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path``, refused above ``limit`` bytes.
+
+    Opened without blocking and checked once open, so a FIFO, a device (a link to
+    ``/dev/zero``) or a socket is refused at once instead of stalling the reader or filling
+    its memory; a file that grows past ``limit`` while being read is refused too.
+
+    Raises:
+        OSError: it cannot be opened or read (missing, no permission: the errno says which).
+        ValueError: it is not a regular file, or holds more than ``limit`` bytes (the message
+            says which, for the caller's one line).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(f"it is {_kind(mode)}, not a regular file")
+        chunks: list[bytes] = []
+        total = 0
+        while chunk := os.read(fd, min(1 << 20, limit + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise ValueError(f"it holds more than {limit} bytes, the most allowed")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+#: A JSON string (escapes included): what :func:`load_json` removes before counting brackets.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+#: An innermost array or object (no bracket inside).
+_JSON_INNERMOST = re.compile(rb"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
+
+
+def load_json(data: bytes, max_depth: int) -> Any:
+    """Parse ``data`` as JSON, refusing arrays and objects nested more than ``max_depth`` deep
+    before the parser sees them (a file of 100,000 ``[`` would exhaust its recursion).
+
+    The nesting is measured without recursion: strings are blanked out, then innermost
+    brackets are removed ``max_depth`` times; any left over are too deep (or unclosed).
+
+    Raises:
+        ValueError: it is not UTF-8 JSON (``json.JSONDecodeError``), or nested too deeply.
+    """
+    rest = _JSON_STRING.sub(b'""', data)
+    for _ in range(max_depth):
+        rest, count = _JSON_INNERMOST.subn(b"", rest)
+        if not count:
+            break
+    if any(c in rest for c in b"[]{}"):
+        raise ValueError(
+            f"its arrays and objects nest more than {max_depth} deep (or are not closed)"
+        )
+    return json.loads(data)

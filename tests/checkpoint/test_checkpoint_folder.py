@@ -13,6 +13,7 @@ import torch
 
 from ampkit import CheckpointError
 from ampkit.checkpoint.folder import (
+    checkpoint_step,
     find_checkpoints,
     latest_valid_checkpoint,
     load_checkpoint,
@@ -20,6 +21,7 @@ from ampkit.checkpoint.folder import (
     verify_checkpoint,
     write_checkpoint,
 )
+from ampkit.checkpoint.manifest import seal
 from ampkit.checkpoint.weights import write_weights
 from ampkit.errors import NonFiniteWeightsError, StorageError
 
@@ -141,6 +143,7 @@ def _as_format_2(path) -> None:
         for name, e in manifest["files"].items()
     }
     (path / "manifest.json").write_text(json.dumps(manifest))
+    (path / "COMPLETE").write_text(f"{manifest['step']}\n")  # the marker held the step alone
 
 
 def test_a_checkpoint_hashed_with_sha256_by_an_older_ampkit_still_verifies(tmp_path):
@@ -182,8 +185,12 @@ def test_damaged_checkpoint_of_same_step_is_kept_aside_not_overwritten(tmp_path)
 
 
 def rewrite_manifest(path, change) -> None:
+    """Change a manifest and seal it again, as a writer would have: what is then refused is
+    the change itself, not the broken seal."""
     manifest = json.loads((path / "manifest.json").read_text())
-    (path / "manifest.json").write_text(json.dumps(change(manifest)))
+    text = json.dumps(change(manifest)).encode()
+    (path / "manifest.json").write_bytes(text)
+    (path / "COMPLETE").write_bytes(seal(checkpoint_step(path), text))
 
 
 def _drop_bytes(m):

@@ -17,6 +17,7 @@ from ampkit.checkpoint.folder import (
     find_checkpoints,
     verify_checkpoint,
 )
+from ampkit.checkpoint.manifest import seal
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
 
@@ -60,6 +61,14 @@ def test_a_committed_checkpoint_whose_index_names_a_shard_it_lacks_is_refused(tm
     (path / "dcp" / files[1]).unlink()
     manifest = json.loads((path / "manifest.json").read_text())
     del manifest["files"][f"dcp/{files[1]}"]
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    reseal(path, manifest)
     with pytest.raises(CheckpointError, match=rf"index dcp/\.metadata refers to dcp/{files[1]}"):
         verify_checkpoint(path)
+
+
+def reseal(path, manifest) -> None:
+    """Write ``manifest`` and seal it in ``COMPLETE`` as a writer would (an attacker who
+    recomputes every digest)."""
+    text = json.dumps(manifest).encode()
+    (path / "manifest.json").write_bytes(text)
+    (path / "COMPLETE").write_bytes(seal(manifest["step"], text))

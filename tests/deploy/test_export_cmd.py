@@ -94,7 +94,7 @@ def test_parity_failure_prints_the_table_exits_non_zero_and_writes_nothing(tmp_p
 
 def test_missing_checkpoint_and_bad_model_spec_are_one_line(tmp_path):
     result = _run("--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "x.onnx"))
-    assert result.exit_code == 1 and "does not exist" in _one_error_line(result)
+    assert result.exit_code == 2 and "does not exist" in _one_error_line(result)
     result = _run("--model", "not a spec", "--out", str(tmp_path / "x.onnx"))
     assert result.exit_code == 2 and "'not a spec' is not a model" in _one_error_line(result)
     result = _run("--model", "hf:nosuch", "--out", str(tmp_path / "x.onnx"))
@@ -130,7 +130,7 @@ def test_weights_file_that_is_not_safetensors_is_one_line(tmp_path):
     bad.write_bytes(b"not a safetensors file")
     out = tmp_path / "mlp.onnx"
     result = _run("--model", "deploy_models:mlp", "--checkpoint", str(bad), "--out", str(out))
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"{bad} is not a readable safetensors file" in _one_error_line(result)
     assert not out.exists()
 

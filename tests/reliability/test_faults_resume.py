@@ -16,6 +16,7 @@ from faults import TINY, cli, error_line, metric_steps
 from ampkit._lock import LOCK_NAME
 from ampkit.checkpoint import sharded
 from ampkit.checkpoint.folder import begin_checkpoint, commit_checkpoint, find_checkpoints
+from ampkit.checkpoint.manifest import seal
 from ampkit.trainer.checkpointing.resume import find_resume_checkpoint
 
 
@@ -163,7 +164,7 @@ def test_a_dcp_index_that_would_run_code_is_passed_over_by_resume_auto(tmp_path)
         "sha256": hashlib.sha256(index.read_bytes()).hexdigest(),
         "bytes": index.stat().st_size,
     }
-    (newest / "manifest.json").write_text(json.dumps(manifest))
+    reseal(newest, manifest)
     path, notes = find_resume_checkpoint(root, "auto")
     assert path is not None and path.name == "step-00000001"
     assert len(notes) == 1 and "not a readable DCP index" in notes[0], notes
@@ -201,8 +202,16 @@ def test_a_full_state_that_would_run_code_is_passed_over_by_resume_auto(tmp_path
         "sha256": hashlib.sha256(state.read_bytes()).hexdigest(),
         "bytes": state.stat().st_size,
     }
-    (newest / "manifest.json").write_text(json.dumps(manifest))
+    reseal(newest, manifest)
     path, notes = find_resume_checkpoint(root, "auto")
     assert path is not None and path.name == "step-00000002"
     assert len(notes) == 1 and "could not be loaded safely" in notes[0], notes
     assert not (tmp_path / "ran").exists()
+
+
+def reseal(path, manifest) -> None:
+    """Write ``manifest`` and seal it in ``COMPLETE`` as a writer would (an attacker who
+    recomputes every digest)."""
+    text = json.dumps(manifest).encode()
+    (path / "manifest.json").write_bytes(text)
+    (path / "COMPLETE").write_bytes(seal(manifest["step"], text))

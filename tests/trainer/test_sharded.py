@@ -29,6 +29,7 @@ from ampkit.checkpoint.folder import (
     read_weights,
     verify_checkpoint,
 )
+from ampkit.checkpoint.manifest import seal
 from ampkit.cli import main
 
 WORKER = Path(__file__).with_name("sharded_worker.py")
@@ -173,7 +174,7 @@ def test_a_dcp_index_that_would_run_code_is_refused(tmp_path):
         "sha256": hashlib.sha256(index.read_bytes()).hexdigest(),
         "bytes": index.stat().st_size,
     }
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    reseal(path, manifest)
     with pytest.raises(CheckpointError, match="not a readable DCP index"):
         read_weights(path)
     assert not (tmp_path / "ran").exists()
@@ -196,3 +197,11 @@ def test_async_checkpoint_is_committed_only_at_the_next_one_or_at_the_end(tmp_pa
     assert seen == {"complete": [], "pending": ["step-00000003"]}, notes
     assert [c.step for c in find_checkpoints(tmp_path / "async" / "ckpt")] == [3, 6]
     assert list((tmp_path / "async" / "ckpt").glob("*.tmp-*")) == []
+
+
+def reseal(path, manifest) -> None:
+    """Write ``manifest`` and seal it in ``COMPLETE`` as a writer would (an attacker who
+    recomputes every digest)."""
+    text = json.dumps(manifest).encode()
+    (path / "manifest.json").write_bytes(text)
+    (path / "COMPLETE").write_bytes(seal(manifest["step"], text))

@@ -168,6 +168,7 @@ def run_bench(
     on_round: Callable[[int, int], None] | None = None,
     probe: Callable[[], float] | None = None,
     clock: str = "auto",
+    allow_large: bool = False,
 ) -> BenchReport:
     """Benchmark ``model`` in each precision, interleaved step by step; return the report.
 
@@ -198,6 +199,8 @@ def run_bench(
             as they are); ``"auto"``: ``cpu`` on a CPU device, ``wall`` on an accelerator
             (whose work the host thread's CPU time does not see). Wall time is always
             recorded too.
+        allow_large: build an ``hf:`` model whose options ask for more than the size limit of
+            :mod:`ampkit.models.size` (``--allow-large``).
 
     Raises:
         ConfigurationError: invalid settings (``steps`` below 3 included), an unknown
@@ -220,7 +223,7 @@ def run_bench(
     requested = list(precisions) if precisions else default_precisions(hardware)
     policies, notes = _resolve_all(requested, dev)
     with torch.random.fork_rng(devices=[]):
-        workload = load_workload(model, batch_size)
+        workload = load_workload(model, batch_size, allow_large=allow_large)
     first_inputs, _ = workload.batch(0)
     dims = sorted({t.dim() for t in iter_tensors(first_inputs)})
     if channels_last and 4 not in dims:

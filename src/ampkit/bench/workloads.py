@@ -118,10 +118,16 @@ def convnet_workload(
     return Workload(convnet_model(batch_size, image_size, seed=seed))
 
 
-def load_workload(spec: str | BuiltModel | Workload, batch_size: int | None = None) -> Workload:
+def load_workload(
+    spec: str | BuiltModel | Workload,
+    batch_size: int | None = None,
+    *,
+    allow_large: bool = False,
+) -> Workload:
     """The :class:`Workload` of ``--model``: a string is resolved by
     :func:`ampkit.models.resolve.build_model` (``batch_size``, None for the model's default,
-    reaches built-ins, library models and factories that take ``batch_size``).
+    reaches built-ins, library models and factories that take ``batch_size``; ``allow_large``
+    lets an ``hf:`` model past the size limit of :mod:`ampkit.models.size`).
 
     Raises:
         ConfigurationError: unknown name, unimportable module, missing or non-callable
@@ -132,4 +138,4 @@ def load_workload(spec: str | BuiltModel | Workload, batch_size: int | None = No
         return spec
     if isinstance(spec, BuiltModel):
         return Workload(spec)
-    return Workload(build_model(spec, batch_size=batch_size))
+    return Workload(build_model(spec, batch_size=batch_size, allow_large=allow_large))

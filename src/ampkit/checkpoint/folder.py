@@ -9,7 +9,8 @@ A checkpoint is a folder ``step-00000100/`` in one of two layouts:
   ``state.pt`` (everything else);
 
 plus, in both, ``manifest.json`` (format version, layout, step, world size, data position,
-tied-weight aliases, and a BLAKE3 digest and size per file) and ``COMPLETE``, written last; a folder
+tied-weight aliases, and a BLAKE3 digest and size per file) and ``COMPLETE``, written last, which
+seals the manifest with its own BLAKE3 (format 4; :mod:`ampkit.checkpoint.manifest`); a folder
 without it is never picked up. ``state.pt`` is loaded with ``torch.load(weights_only=True)``.
 
 Writing is atomic, with one or many writers: rank 0 makes ``step-00000100.tmp-<pid>/``
@@ -32,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -42,22 +44,28 @@ from typing import Any, NoReturn
 import torch
 
 from ampkit._files import fsync_dir
-from ampkit._validate import is_int
-from ampkit.checkpoint._digest import (
-    ALGORITHMS,
-    HEX_DIGEST,
-    FileDigest,
-    file_digest,
-    write_hashed,
+from ampkit.checkpoint._digest import ALGORITHMS, FileDigest, file_digest, write_hashed
+from ampkit.checkpoint.manifest import (
+    FORMAT_VERSION,
+    LAYOUTS,
+    MANIFEST,
+    MARKER,
+    SHARDS,
+    STATE,
+    WEIGHTS,
+    layout_problem,
+    read_manifest,
+    seal,
 )
 from ampkit.checkpoint.weights import (
     disk_full_error,
+    native_path,
     nonfinite_names,
     read_file,
     refuse_nonfinite,
     write_weights_hashed,
 )
-from ampkit.errors import CheckpointError, ConfigurationError
+from ampkit.errors import CheckpointError, ConfigurationError, DataError
 
 __all__ = [
     "LAYOUTS",
@@ -84,17 +92,8 @@ __all__ = [
     "write_checkpoint",
 ]
 
-FORMAT_VERSION = 3
-#: Manifest formats this version reads (1: before layouts and aliases, always ``full``; 1 and
-#: 2 hash files with SHA-256, 3 with BLAKE3).
-_READABLE = (1, 2, 3)
-#: The checkpoint layouts: full (gathered) weights, or DCP shards written by every rank.
-LAYOUTS = ("full", "sharded")
-#: The folder of a sharded checkpoint that ``torch.distributed.checkpoint`` writes into.
-SHARDS = "dcp"
 _NAME = re.compile(r"^step-(\d{8,})$")
-_SHARD_FILE = re.compile(rf"^{SHARDS}/(\.metadata|__\d+_\d+\.distcp)$")
-_WEIGHTS, _STATE, _MANIFEST, _MARKER = "model.safetensors", "state.pt", "manifest.json", "COMPLETE"
+_WEIGHTS, _STATE, _MANIFEST, _MARKER = WEIGHTS, STATE, MANIFEST, MARKER
 
 
 @dataclass(frozen=True)
@@ -234,12 +233,13 @@ def commit_checkpoint(
                 "write. Put the checkpoint folder on storage every process sees (a shared "
                 "file system such as NFS or Lustre)."
             )
-        problem = _layout_problem(manifest["files"], layout)
+        problem = layout_problem(manifest["files"], layout)
         if problem:
             raise CheckpointError(f"checkpoint: {tmp} {problem}; nothing was kept of it.")
         # inside the temporary folder: each file fsynced, the folder renamed as a whole
-        write_hashed(tmp / _MANIFEST, json.dumps(manifest, indent=2).encode(), atomic=False)
-        write_hashed(tmp / _MARKER, f"{step}\n".encode(), atomic=False)
+        text = json.dumps(manifest, indent=2).encode()
+        write_hashed(tmp / _MANIFEST, text, atomic=False)
+        write_hashed(tmp / _MARKER, seal(step, text), atomic=False)  # covers the manifest
         for sub in [tmp, *(p for p in tmp.iterdir() if p.is_dir())]:
             fsync_dir(sub)
         os.replace(tmp, final)
@@ -356,54 +356,6 @@ def find_checkpoints(folder: str | Path) -> list[CheckpointInfo]:
     return sorted(found, key=lambda info: info.step)
 
 
-def _layout_problem(files: Mapping[str, Any], layout: str) -> str | None:
-    names = set(files)
-    if layout == "full":
-        if names != {_WEIGHTS, _STATE}:
-            return f"lists {sorted(names)} but a full checkpoint holds exactly {[_WEIGHTS, _STATE]}"
-        return None
-    shards = {n for n in names if _SHARD_FILE.match(n)}
-    if names - shards != {_STATE} or f"{SHARDS}/.metadata" not in shards or len(shards) < 2:
-        return (
-            f"lists {sorted(names)} but a sharded checkpoint holds exactly {_STATE}, "
-            f"{SHARDS}/.metadata and the {SHARDS}/__<rank>_<n>.distcp files"
-        )
-    return None
-
-
-def _manifest_problem(manifest: Any, folder: Path) -> str | None:
-    """What is wrong with the shape of a manifest, or None."""
-    if not isinstance(manifest, dict):
-        return f"is a JSON {type(manifest).__name__}, not an object"
-    if manifest.get("format") not in _READABLE:
-        return f"has format {manifest.get('format')!r}; this ampkit reads {list(_READABLE)}"
-    step = manifest.get("step")
-    match = _NAME.match(folder.name)
-    if not is_int(step, 0) or (match and int(match.group(1)) != step):
-        return f"has step {step!r}, which does not match the folder name {folder.name}"
-    layout = manifest.get("layout", "full")
-    if layout not in LAYOUTS:
-        return f"has layout {layout!r}; it must be one of {list(LAYOUTS)}"
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        return f"has files={type(files).__name__}, not an object of name -> digest and bytes"
-    for name, entry in files.items():
-        if not isinstance(entry, dict) or not is_int(entry.get("bytes"), 0):
-            return f"has no valid byte count for {name!r}"
-        digests = [key for key in ALGORITHMS if key in entry]
-        if not digests:
-            return f"has no digest ({' or '.join(ALGORITHMS.values())}) for {name!r}"
-        for key in digests:
-            if not isinstance(entry[key], str) or not HEX_DIGEST.match(entry[key]):
-                return f"has no valid {ALGORITHMS[key]} for {name!r}"
-    aliases = manifest.get("aliases", {})
-    if not isinstance(aliases, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()
-    ):
-        return "has aliases that are not an object of name -> name"
-    return _layout_problem(files, layout)
-
-
 def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     """Check a checkpoint folder against its manifest; return the manifest.
 
@@ -447,19 +399,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
             f"checkpoint: {folder} has no {_MARKER} marker, so it was not completely written. "
             "Resume from an earlier checkpoint."
         )
-    try:
-        manifest = json.loads((folder / _MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(
-            f"checkpoint: {folder / _MANIFEST} is missing or unreadable ({exc}). "
-            "Resume from an earlier checkpoint."
-        ) from None
-    problem = _manifest_problem(manifest, folder)
-    if problem:
-        raise CheckpointError(
-            f"checkpoint: {folder / _MANIFEST} is damaged: it {problem}. "
-            "Resume from another checkpoint."
-        )
+    manifest = read_manifest(folder)
     if manifest.get("layout") == "sharded":
         on_disk = {f"{SHARDS}/{name}" for name in _files_under(folder / SHARDS)}
         unlisted = sorted(on_disk - set(manifest["files"]))
@@ -472,13 +412,19 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
         file = folder / name
         if not file.is_file():
             raise CheckpointError(f"checkpoint: {file} is missing. Resume from another checkpoint.")
-        size = file.stat().st_size
-        differs = [
-            label
-            for key, label in ALGORITHMS.items()
-            if key in expected
-            and (size != expected["bytes"] or file_digest(file, key) != expected[key])
-        ]
+        try:
+            size = file.stat().st_size
+            differs = [
+                label
+                for key, label in ALGORITHMS.items()
+                if key in expected
+                and (size != expected["bytes"] or file_digest(file, key) != expected[key])
+            ]
+        except OSError as exc:  # not a verdict on the file: say what failed
+            raise CheckpointError(
+                f"checkpoint: {file} could not be read ({exc.strerror or exc}), so it was not "
+                "verified. Fix its permissions or storage, or resume from another checkpoint."
+            ) from None
         if size != expected["bytes"] or differs:
             raise CheckpointError(
                 f"checkpoint: {file} is corrupt ({size} bytes, expected {expected['bytes']}, "
@@ -497,8 +443,7 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
                 f"{_some(unlisted)}, which the manifest does not list (written by a process "
                 "that did not share this folder?). Resume from another checkpoint."
             )
-    elif (folder / _STATE).is_file():
-        _check_state(folder / _STATE)
+    _check_state(folder / _STATE, manifest)
     return manifest
 
 
@@ -523,23 +468,53 @@ def _is_ampkit_folder(folder: Path) -> bool:
     return any((folder / name).exists() for name in (_MANIFEST, _WEIGHTS, _STATE, SHARDS))
 
 
-def _check_state(file: Path) -> None:
+def _check_state(file: Path, manifest: Mapping[str, Any]) -> None:
     """Refuse a ``state.pt`` whose pickle is not plain data, reading only the pickle: the
     tensors are memory-mapped, not read, so this costs little even for a large optimizer
-    state, and ``resume="auto"`` passes such a checkpoint over like a damaged one.
+    state, and ``resume="auto"`` passes such a checkpoint over like a damaged one. The step
+    and the number of RNG states it records (a Trainer's ``trainer.step`` and ``rng``, one per
+    process) must be the manifest's step and world size: verification and a resume read the
+    same facts and agree.
 
     Raises:
         CheckpointError: the pickle refers to anything but tensors, numbers, strings and
-            containers (a file made to run code when loaded), or is not a torch file.
+            containers (a file made to run code when loaded), or is not a torch file; it
+            disagrees with the manifest; or it cannot be read (the reason says what failed,
+            not that the file was altered).
     """
     try:
-        torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        with native_path(file) as name:
+            state = torch.load(name, map_location="cpu", weights_only=True, mmap=True)
+    except OSError as exc:
+        raise CheckpointError(
+            f"checkpoint: {file} could not be read ({exc.strerror or exc}), so it was not "
+            "verified. Fix its permissions or storage, or resume from another checkpoint."
+        ) from None
     except Exception as exc:  # UnpicklingError / RuntimeError variants
         raise CheckpointError(
             f"checkpoint: {file} could not be loaded safely ({_unsafe_content(exc)}); ampkit "
             "loads checkpoints as plain data and never runs code stored in them. It was not "
             "written by ampkit or was altered; resume from another checkpoint."
         ) from None
+    problem = _state_problem(state, manifest)
+    if problem:
+        raise CheckpointError(
+            f"checkpoint: {file} {problem}, so the two files are not of one checkpoint. "
+            "Resume from another checkpoint."
+        )
+
+
+def _state_problem(state: Any, manifest: Mapping[str, Any]) -> str | None:
+    """How a loaded ``state.pt`` disagrees with its manifest, or None."""
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not the state of a run"
+    trainer = state.get("trainer")
+    if isinstance(trainer, dict) and "step" in trainer and trainer["step"] != manifest["step"]:
+        return f"records step {trainer['step']!r} but its manifest step {manifest['step']}"
+    rng, world = state.get("rng"), manifest.get("world_size")
+    if isinstance(rng, list) and world is not None and len(rng) != world:
+        return f"holds {len(rng)} RNG states (one per process) but its manifest world size {world}"
+    return None
 
 
 # -- loading -------------------------------------------------------------------------------------
@@ -666,9 +641,11 @@ def read_weights(path: str | Path) -> Weights:
     loading runs no stored code.
 
     Raises:
-        CheckpointError: nothing is there; a checkpoint folder fails verification (damaged
-            manifest, a missing, truncated or altered file, no ``COMPLETE``); a file is not
-            readable safetensors; a folder holds neither a checkpoint nor ``model.safetensors``.
+        ConfigurationError: nothing is there, or a folder holds neither a checkpoint nor
+            ``model.safetensors`` (exit 2: an input that cannot be used).
+        DataError: a file given as weights is not readable safetensors (exit 2).
+        CheckpointError: a checkpoint folder fails verification (damaged manifest, a missing,
+            truncated or altered file, no ``COMPLETE``).
     """
     given = Path(path)
     if is_plain_dcp(given):
@@ -683,11 +660,14 @@ def read_weights(path: str | Path) -> Weights:
     file = given / _WEIGHTS if given.is_dir() else given
     if not file.is_file():
         where = f"{given} holds no {_WEIGHTS}" if given.is_dir() else f"{given} does not exist"
-        raise CheckpointError(
+        raise ConfigurationError(
             f"checkpoint: {where}. Pass a run folder (ampkit train --out DIR), a checkpoint "
             "folder (DIR/checkpoints/step-NNNNNNNN) or a .safetensors file."
         )
-    raw, recorded, metadata = read_file(file)
+    try:
+        raw, recorded, metadata = read_file(file)
+    except CheckpointError as exc:  # a file given as weights that is not safetensors: an input
+        raise DataError(str(exc)) from None
     tensors, aliases = _fp32(raw, recorded)
     return Weights(tensors, aliases, file, metadata, None)
 
@@ -798,7 +778,7 @@ def prune_checkpoints(
     for info in find_checkpoints(root)[:-keep_last]:
         if info.path.name in kept:
             continue
-        shutil.rmtree(info.path)
+        _remove(info.path)
         removed.append(info.path)
     for child in incomplete_writes(root):
         if child.name.endswith(f".tmp-{os.getpid()}"):
@@ -806,3 +786,22 @@ def prune_checkpoints(
         shutil.rmtree(child, ignore_errors=True)
         removed.append(child)
     return removed
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint folder without following links (a linked ``step-N`` loses its link,
+    never its target), tolerating files another process removes meanwhile."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+        return
+
+    def vanished(_func: Any, _name: Any, exc: Any) -> None:
+        error = exc[1] if isinstance(exc, tuple) else exc
+        if not isinstance(error, FileNotFoundError):
+            raise error
+
+    # rmtree never follows a link inside the folder; the handler sees each failed removal
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=vanished)
+    else:
+        shutil.rmtree(path, onerror=vanished)

@@ -20,10 +20,13 @@ several as its hash map does).
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -36,6 +39,7 @@ __all__ = [
     "ALIASES_KEY",
     "disk_full_error",
     "find_aliases",
+    "native_path",
     "nonfinite_names",
     "read_file",
     "refuse_nonfinite",
@@ -266,6 +270,35 @@ def write_weights(
     return write_weights_hashed(path, weights, aliases=aliases, metadata=metadata)[0]
 
 
+@contextmanager
+def native_path(file: Path) -> Iterator[str]:
+    """A name of ``file`` that native readers (torch's memory map, safetensors) can open: the
+    path itself when it is valid UTF-8, else ``/proc/self/fd/N`` of the file opened here for
+    the block (a run folder named with any bytes, ``--out $'r\\xff'``).
+
+    Raises:
+        OSError: the path is not UTF-8 and this system has no ``/proc/self/fd``, or the file
+            cannot be opened.
+    """
+    name = os.fspath(file)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield name
+        return
+    if not os.path.isdir("/proc/self/fd"):
+        raise OSError(
+            errno.EILSEQ, "its path is not valid UTF-8, which torch and safetensors cannot open"
+        )
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
 def read_file(
     file: str | Path, aliases: Mapping[str, str] | None = None
 ) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, str]]:
@@ -280,7 +313,7 @@ def read_file(
     from safetensors import SafetensorError, safe_open
 
     try:
-        with safe_open(str(file), framework="pt") as f:
+        with native_path(Path(file)) as name, safe_open(name, framework="pt") as f:
             header = dict(f.metadata() or {})
             recorded = json.loads(header.pop(ALIASES_KEY, "{}"))
             recorded = recorded if isinstance(recorded, dict) else {}

@@ -7,11 +7,12 @@ are rendered here as one line on stderr with the error's exit code, never a trac
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TextIO
 
 import click
@@ -69,7 +70,7 @@ class _AmpkitGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with warnings.catch_warnings():  # restores showwarning and the filters after
+            with warnings.catch_warnings(), _signals_said():  # both restored after
                 warnings.showwarning = functools.partial(_show_warning, warnings.showwarning)
                 return super().invoke(ctx)
         except AmpkitError as exc:
@@ -86,6 +87,50 @@ class _AmpkitGroup(click.Group):
             _fail(str(StorageError.from_os_error(exc, exc.filename or "a file")), 1)
         except KeyboardInterrupt:
             _fail("interrupted (Ctrl-C).", 130)
+
+
+#: Signals that end a process silently by default; outside training (where the Trainer's own
+#: handlers stop at a step boundary) the command says so in one line before it ends.
+_SAID_SIGNALS = ("SIGTERM", "SIGHUP", "SIGUSR1")
+
+
+@contextlib.contextmanager
+def _signals_said() -> Iterator[None]:
+    """While a command runs (in the process the user started, on the main thread): a
+    :data:`_SAID_SIGNALS` signal prints one ``ampkit: error:`` line, then ends the process by
+    that signal as it would have without a handler (the same exit status). ``Trainer.fit``
+    replaces these handlers with its own while it trains and puts them back after."""
+    import os
+    import signal
+    import threading
+
+    from ampkit._process import launched_by_ampkit
+
+    if (
+        launched_by_ampkit() is not None
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield  # workers of an --nproc job: the launcher speaks for them
+        return
+
+    def said(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        click.echo(
+            f"ampkit: error: stopped by {name} outside a training step (before training "
+            "started or after it ended), so the command did not finish and nothing after the "
+            "last checkpoint was saved. Run it again (ampkit train: with --resume auto).",
+            err=True,
+        )
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    numbers = [getattr(signal, name) for name in _SAID_SIGNALS if hasattr(signal, name)]
+    previous = {sig: signal.signal(sig, said) for sig in numbers}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def _show_warning(

@@ -83,6 +83,12 @@ __all__ = ["bench"]
     "one thread, which a busy machine does not inflate; wall: wall time; auto: cpu on a CPU "
     "device, wall on a GPU. Wall time is shown either way.",
 )
+@click.option(
+    "--allow-large",
+    is_flag=True,
+    help="Build an hf: model whose options ask for more than 2,000,000,000 parameters or "
+    "1024 layers (estimated from the config before building; refused without this flag).",
+)
 @progress_option
 def bench(**options: Any) -> None:
     """Measure step time, throughput, memory and loss per precision, and say if it pays off.
@@ -130,6 +136,7 @@ def bench(**options: Any) -> None:
             probe_tolerance=options["probe_tolerance"],
             on_round=lambda done, total: progress("rounds", done, total),
             clock=options["clock"],
+            allow_large=options["allow_large"],
         )
     to_stdout = options["json_path"] == "-"
     click.echo(report.render(), err=to_stdout)

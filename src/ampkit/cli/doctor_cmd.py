@@ -87,6 +87,12 @@ __all__ = ["doctor"]
     help="cpu, cuda or cuda:N (NVIDIA, or AMD under ROCm), mps, xpu or xpu:N; a package."
     "module:factory model stays where its factory put it. [default: cpu]",
 )
+@click.option(
+    "--allow-large",
+    is_flag=True,
+    help="Build an hf: model whose options ask for more than 2,000,000,000 parameters or "
+    "1024 layers (estimated from the config before building; refused without this flag).",
+)
 @progress_option
 def doctor(**options: Any) -> None:
     """Find the layers that break low precision, and say what to train in.
@@ -131,7 +137,12 @@ def doctor(**options: Any) -> None:
 
     device = resolve_device(options["device"]) if options["device"] is not None else None
     try:
-        model, closure = load_case(options["model_spec"], seed=options["seed"], device=device)
+        model, closure = load_case(
+            options["model_spec"],
+            seed=options["seed"],
+            device=device,
+            allow_large=options["allow_large"],
+        )
         with Progress(options["progress"], unit={"fp32 steps": "step"}) as progress:
             report = diagnose(
                 model,

@@ -112,6 +112,12 @@ class _FormatChoice(click.Choice):
     help="cpu (the default): the export is traced and checked on the CPU; a GPU is refused "
     "with the reason.",
 )
+@click.option(
+    "--allow-large",
+    is_flag=True,
+    help="Build an hf: model whose options ask for more than 2,000,000,000 parameters or "
+    "1024 layers (estimated from the config before building; refused without this flag).",
+)
 @progress_option
 def export(**options: Any) -> None:
     """Export a model in fp16/bf16 and check it against the fp32 model.
@@ -164,7 +170,7 @@ def export(**options: Any) -> None:
         batches = held_out_batches(options["batches"] + 1, 4, seq_len)
         example, parity_batches = (batches[0],), [(b,) for b in batches[1:]]
     else:
-        model, example = load_factory(options["model_spec"])
+        model, example = load_factory(options["model_spec"], allow_large=options["allow_large"])
         parity_batches = options["batches"]
         if options["checkpoint"]:
             weights, file, _ = read_weights_and_config(options["checkpoint"])

@@ -300,10 +300,32 @@ def _first_failure(failures: Mapping[int, object]) -> tuple[int, object] | None:
     return rank, own[rank]
 
 
+#: Exit statuses of a worker that stopped on a signal at a step boundary, its checkpoint
+#: written (``TrainingInterrupted``: 128 + SIGTERM, SIGUSR1, SIGINT or SIGHUP).
+_STOPPED = {128 + s for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)}
+
+
+def _stopped_together(failures: Mapping[int, object]) -> int | None:
+    """The exit status of a job whose ranks stopped on a signal together: every record is a
+    rank that stopped at a step boundary, one the agent's SIGTERM then ended (a rank still
+    finishing when another had exited), or a lost connection; None otherwise."""
+    codes = [int(getattr(f, "exitcode", 1)) for f in failures.values()]
+    stopped = [c for c in codes if c in _STOPPED]
+    if stopped and all(c in _STOPPED or c in (-signal.SIGTERM, PEER_LOST) for c in codes):
+        return stopped[0]
+    return None
+
+
 def _exit_status(failures: Mapping[int, object]) -> tuple[int, str | None]:
     """The job's exit status from torchrun's failures, and the line to print (None: rank 0
-    printed its own error line)."""
+    printed its own error line, or the ranks stopped on a signal together: rank 0's stop line
+    is the one to print)."""
     resume = " Continue from the last checkpoint with --resume auto."
+    together = _stopped_together(failures)
+    if together is not None:
+        # a rank that exits first after a stop is no failure: the agent then stops the ranks
+        # still finishing, and naming it "failed first" would be false
+        return together, None
     first = _first_failure(failures)
     if first is None:
         rank = min(failures)

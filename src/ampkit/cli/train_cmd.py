@@ -305,6 +305,8 @@ def _given_on_command_line() -> frozenset[str]:
     ) | frozenset(ctx.meta.get(_FILE_ONLY, {}))
 
 
+#: The largest --config file read (a TOML of every setting is about 2 KB).
+CONFIG_LIMIT = 1 << 20
 #: Where --config leaves the settings that have no option of their own (ctx.meta key).
 _FILE_ONLY = "ampkit.train.file_only"
 
@@ -321,6 +323,8 @@ def _read_config_file(ctx: click.Context, path: str | None) -> None:
         return
     from pathlib import Path
 
+    from ampkit._files import read_regular
+
     try:
         import tomllib
     except ModuleNotFoundError:  # Python 3.10
@@ -332,7 +336,7 @@ def _read_config_file(ctx: click.Context, path: str | None) -> None:
                 param_hint="--config",
             ) from None
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        data = tomllib.loads(read_regular(Path(path), CONFIG_LIMIT).decode("utf-8"))
     except OSError as exc:
         raise click.BadParameter(
             f"cannot read {path} ({exc.strerror or exc}).", param_hint="--config"
@@ -340,6 +344,11 @@ def _read_config_file(ctx: click.Context, path: str | None) -> None:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise click.BadParameter(
             f"{path} is not valid TOML: {exc}.", param_hint="--config"
+        ) from None
+    except ValueError as exc:  # a FIFO or device (--config /dev/zero), or too large
+        raise click.BadParameter(
+            f"cannot read {path} ({exc}). Pass a TOML file of at most {CONFIG_LIMIT} bytes.",
+            param_hint="--config",
         ) from None
     params = {
         p.name: p for p in ctx.command.params if p.name not in (None, "print_config", "config_file")

@@ -166,8 +166,9 @@ def held_out_batches(count: int, batch_size: int, seq_len: int) -> list[torch.Te
     return list(windows.view(count, batch_size, seq_len))
 
 
-def load_factory(spec: str) -> tuple[nn.Module, Any]:
-    """The model of ``--model`` and an example input for it.
+def load_factory(spec: str, *, allow_large: bool = False) -> tuple[nn.Module, Any]:
+    """The model of ``--model`` and an example input for it (``allow_large``: an ``hf:`` model
+    may pass the size limit of :mod:`ampkit.models.size`).
 
     The spec is resolved by :func:`ampkit.models.resolve.build_model` (built-in and library
     models with 2 samples per batch); the example is the first batch's inputs
@@ -182,5 +183,7 @@ def load_factory(spec: str) -> tuple[nn.Module, Any]:
     """
     from ampkit.models.resolve import build_model, is_factory_spec
 
-    built = build_model(spec, batch_size=None if is_factory_spec(spec) else 2)
+    built = build_model(
+        spec, batch_size=None if is_factory_spec(spec) else 2, allow_large=allow_large
+    )
     return built.model, built.example_inputs

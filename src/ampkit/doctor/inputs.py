@@ -113,11 +113,18 @@ def _refusing_meta_loss(spec: str, closure: Callable[[], Any]) -> Callable[[], A
     return checked
 
 
-def load_case(spec: str | None, *, seed: int = 0, device: torch.device | None = None) -> Case:
+def load_case(
+    spec: str | None,
+    *,
+    seed: int = 0,
+    device: torch.device | None = None,
+    allow_large: bool = False,
+) -> Case:
     """The model and closure for ``--model``: None is ``gpt``; built-in and library models are
     built by :func:`ampkit.models.resolve.build_model` (seeded) and moved to ``device`` (None:
     the CPU); a ``package.module:factory`` may also return ``(model, closure)`` here
-    (:func:`load_factory`).
+    (:func:`load_factory`). ``allow_large`` lets an ``hf:`` model past the size limit of
+    :mod:`ampkit.models.size`.
 
     Raises:
         ConfigurationError: as :func:`ampkit.models.resolve.build_model` and :func:`load_factory`;
@@ -126,7 +133,7 @@ def load_case(spec: str | None, *, seed: int = 0, device: torch.device | None = 
     """
     spec = "gpt" if spec is None else spec
     if not is_factory_spec(spec):
-        return Case.of(build_model(spec, seed=seed), device)
+        return Case.of(build_model(spec, seed=seed, allow_large=allow_large), device)
     if device is not None and device.type != "cpu":
         raise ConfigurationError(
             f"device: {str(device)!r} with the factory {spec}: a factory's model and closure "

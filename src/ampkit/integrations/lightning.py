@@ -31,6 +31,7 @@ What the plugin does, against Lightning's own ``precision="16-mixed"``:
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -384,6 +385,39 @@ class AmpkitCallback(_Callback):
         self._first_bad: torch.Tensor | None = None
         self._device_skips: torch.Tensor | None = None
         self._last_scale: torch.Tensor | None = None
+        self._resumed_scale: float | None = None
+
+    # -- the state in Lightning's checkpoints ----------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved by Lightning in each checkpoint: the skipped steps, the first inf/NaN (its
+        step and finding) and the last loss scale seen (Lightning's own ``GradScaler``)."""
+        skipped = self.skipped_steps
+        if self._device_skips is not None:
+            skipped = int(self._device_skips)  # a checkpoint's one read
+        return {
+            "skipped_steps": skipped,
+            "nonfinite_step": self.nonfinite_step,
+            "first": None if self.first is None else self.first.to_dict(),
+            "last_scale": None if self._last_scale is None else float(self._last_scale),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` when Lightning resumes (``fit(ckpt_path=...)``), so the
+        counts continue and the first inf/NaN stays the earlier run's."""
+        from ampkit.doctor.rows import NumericsFinding
+
+        self.skipped_steps = int(state_dict.get("skipped_steps", 0))
+        self.nonfinite_step = state_dict.get("nonfinite_step")
+        first = state_dict.get("first")
+        if isinstance(first, dict):
+            first = dict(first)
+            first["input_ranges"] = tuple(tuple(r) for r in first.get("input_ranges") or ())
+            numbers = first.get("numbers") or {}
+            first["numbers"] = {k: math.nan if v is None else v for k, v in numbers.items()}
+            self.first = NumericsFinding(**first)
+        scale = state_dict.get("last_scale")
+        self._resumed_scale = float(scale) if isinstance(scale, (int, float)) else None
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -495,9 +529,11 @@ class AmpkitCallback(_Callback):
         if not isinstance(scale, torch.Tensor):
             return
         if self._last_scale is None or self._device_skips is None:
-            init = float(getattr(scaler, "_init_scale", 2.0**16))
+            init = self._resumed_scale or float(getattr(scaler, "_init_scale", 2.0**16))
             self._last_scale = torch.full((), init, device=scale.device)
-            self._device_skips = torch.zeros((), dtype=torch.int64, device=scale.device)
+            self._device_skips = torch.full(
+                (), self.skipped_steps, dtype=torch.int64, device=scale.device
+            )
         self._device_skips += (scale < self._last_scale).to(torch.int64)
         self._last_scale = scale.detach().clone()
 

@@ -31,6 +31,12 @@ it runs that micro-batch once more under :func:`ampkit.detect_nonfinite` (forwar
 with ``torch.autograd.grad`` so no ``.grad`` and no DDP hook is touched, with the autocast and
 loss scale of the real step and the random state restored afterwards), names the module that
 made the first inf/NaN and logs it.
+
+Across ``trainer.train(resume_from_checkpoint=...)`` the callback's counters carry over: at each
+save it writes :data:`STATE_FILE` (the skipped steps, the first inf/NaN step and its finding)
+into the checkpoint folder, and a resumed run reads it back from the checkpoint it resumes
+(``output_dir/checkpoint-<step>``), so ``ampkit/skipped_steps`` keeps counting and the first
+inf/NaN stays the one of the earlier run.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ import contextlib
 import logging
 import math
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,7 +65,10 @@ from ampkit.integrations._deps import require
 _transformers = require("transformers", feature="ampkit.integrations.transformers", extra="hf")
 _TrainerCallback: Any = _transformers.TrainerCallback
 
-__all__ = ["AmpkitCallback"]
+__all__ = ["STATE_FILE", "AmpkitCallback"]
+
+#: The file the callback's state is saved in, in each Hugging Face checkpoint folder.
+STATE_FILE = "ampkit_callback.json"
 
 log = logging.getLogger("ampkit")
 
@@ -191,6 +201,7 @@ class AmpkitCallback(_TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._args = args
+        self._restore_from_checkpoint(args, state)
         model = kwargs.get("model")
         optimizer = kwargs.get("optimizer")
         if optimizer is not None and self.contract is None:
@@ -234,6 +245,94 @@ class AmpkitCallback(_TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.close()
+
+    # -- the state in the Trainer's checkpoints ------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state a resumed run continues from: the skipped steps and the first inf/NaN
+        (its step and finding), as JSON-ready values."""
+        return {
+            "skipped_steps": self.skipped_steps,
+            "nonfinite_step": self.nonfinite_step,
+            "first": None if self.first is None else self.first.to_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (an earlier run's counters and first inf/NaN).
+
+        Raises:
+            ConfigurationError: ``state`` is not such a dict (the message names the field).
+        """
+        from ampkit._validate import is_int
+        from ampkit.doctor.rows import NumericsFinding
+
+        problems = []
+        if not isinstance(state, dict):
+            problems.append(f"a {type(state).__name__}, not a dict")
+        else:
+            if not is_int(state.get("skipped_steps"), 0):
+                problems.append(f"skipped_steps={state.get('skipped_steps')!r}")
+            step = state.get("nonfinite_step")
+            if step is not None and not is_int(step, 1):
+                problems.append(f"nonfinite_step={step!r}")
+            first = state.get("first")
+            if first is not None and not isinstance(first, dict):
+                problems.append(f"first={first!r}")
+        if problems:
+            raise ConfigurationError(
+                f"AmpkitCallback.load_state_dict: {'; '.join(problems)} is invalid. Pass what "
+                "state_dict() returned."
+            )
+        first = state["first"]
+        if first is not None:
+            first = dict(first)
+            first["input_ranges"] = tuple(tuple(r) for r in first.get("input_ranges") or ())
+            first["numbers"] = {
+                k: math.nan if v is None else v for k, v in first.get("numbers", {}).items()
+            }
+            first = NumericsFinding(**first)
+        self.skipped_steps = state["skipped_steps"]
+        self.nonfinite_step = state.get("nonfinite_step")
+        self.first = first
+        # a step already traced is not traced again, and its module was logged then
+        self._traced = self._logged_finding = self.nonfinite_step is not None
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not getattr(state, "is_world_process_zero", True):
+            return
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if folder.is_dir():
+            from ampkit._files import write_json
+
+            write_json(folder / STATE_FILE, self.state_dict())
+
+    def _restore_from_checkpoint(self, args: Any, state: Any) -> None:
+        """Read :data:`STATE_FILE` of the checkpoint this run resumes, if it resumes one."""
+        if not state.global_step:
+            return
+        file = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
+        if not file.is_file():
+            warnings.warn(
+                f"AmpkitCallback: this run resumes at step {state.global_step}, but {file} is "
+                "missing (a checkpoint outside output_dir, or saved without the callback), so "
+                "ampkit/skipped_steps and the first inf/NaN start afresh.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return
+        import json
+
+        from ampkit._files import read_regular
+
+        try:
+            self.load_state_dict(json.loads(read_regular(file, 1 << 20)))
+        except (OSError, ValueError) as exc:  # ConfigurationError is a ValueError
+            warnings.warn(
+                f"AmpkitCallback: {file} could not be read ({exc}); ampkit/skipped_steps and "
+                "the first inf/NaN start afresh.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def close(self) -> None:
         """Remove the hooks and drop the references to the last batch (idempotent)."""

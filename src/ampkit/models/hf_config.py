@@ -17,6 +17,7 @@ from typing import Any
 
 from ampkit._logging import quiet_loggers
 from ampkit.models.built import model_error
+from ampkit.models.size import check_overrides, check_size
 
 __all__ = ["HF_CHECKPOINTS", "TINY", "TINY_STAGES", "hf_config", "sub_configs"]
 
@@ -203,14 +204,22 @@ def _unknown_name(spec: str, name: str) -> Exception:
 
 
 def hf_config(
-    transformers: Any, spec: str, name: str, tiny: bool, overrides: dict[str, Any]
+    transformers: Any,
+    spec: str,
+    name: str,
+    tiny: bool,
+    overrides: dict[str, Any],
+    *,
+    allow_large: bool = False,
 ) -> Any:
     """The config of ``hf:<name>`` with the checkpoint's preset, ``:tiny`` and ``overrides``
     (config attribute names) applied, built through the config's own constructor.
 
     Raises:
         ConfigurationError: an unknown name, an override the config has no attribute for or
-            cannot set, or values the config's constructor refuses.
+            cannot set, a size that is not positive, a model estimated above the size limit
+            (:mod:`ampkit.models.size`; unless ``allow_large``), or values the config's
+            constructor refuses.
     """
     model_type, preset = HF_CHECKPOINTS.get(name, (name, {}))
     try:
@@ -243,6 +252,8 @@ def hf_config(
         kwargs.update(canonical(_tiny_changes(default)))
         kwargs.update({k: _shrunk(v) for k, v in sub_configs(default).items()})
     kwargs.update(canonical(overrides))
+    check_overrides(spec, default, canonical(overrides))
+    check_size(spec, default, kwargs, allow_large=allow_large)  # before any list is sized
     try:
         config = transformers.AutoConfig.for_model(model_type, **kwargs)
     except (ValueError, TypeError, AttributeError, KeyError) as exc:

@@ -122,7 +122,13 @@ def _build(spec: str, auto_class: Any, config: Any) -> Any:
 
 
 def build_hf(
-    spec: str, name: str, options: str, *, batch_size: int | None, seed: int
+    spec: str,
+    name: str,
+    options: str,
+    *,
+    batch_size: int | None,
+    seed: int,
+    allow_large: bool = False,
 ) -> BuiltModel:
     """A Hugging Face model for ``hf:<name>[:options]`` with the head of its task
     (:data:`~ampkit.models.hf_tasks.HF_TASKS`) and an example batch per step.
@@ -136,7 +142,8 @@ def build_hf(
     Raises:
         MissingDependencyError: transformers is not installed.
         ConfigurationError: an unknown name or option, an architecture without a head ampkit
-            builds (a multimodal one among them), or settings transformers refuses.
+            builds (a multimodal one among them), settings transformers refuses, or a model
+            estimated above the size limit (unless ``allow_large``; :mod:`ampkit.models.size`).
     """
     tiny, values = parse_options(spec, options)
     seq_len = values.pop("seq_len", None)
@@ -146,7 +153,7 @@ def build_hf(
             f"{spec!r}: padding={padding!r} is invalid; use one of {', '.join(PADDINGS)}."
         )
     transformers = _import("transformers", "hf")
-    config = hf_config(transformers, spec, name, tiny, values)
+    config = hf_config(transformers, spec, name, tiny, values, allow_large=allow_large)
     task = hf_task(config, spec)
     limit = _seq_limit(task, config)
     if seq_len is None:

@@ -270,7 +270,9 @@ def from_factory_result(spec: str, made: object) -> BuiltModel:
     )
 
 
-def build_model(spec: str, *, batch_size: int | None = None, seed: int = 0) -> BuiltModel:
+def build_model(
+    spec: str, *, batch_size: int | None = None, seed: int = 0, allow_large: bool = False
+) -> BuiltModel:
     """Resolve a ``--model`` string (see the module docstring) into a :class:`BuiltModel`.
 
     Args:
@@ -279,10 +281,13 @@ def build_model(spec: str, *, batch_size: int | None = None, seed: int = 0) -> B
         batch_size: samples per batch; None takes the model's default (gpt 16, convnet 32,
             library models 8; a factory's own default).
         seed: seeds the random weights and batches of built-in and library models.
+        allow_large: build an ``hf:`` model whose options ask for more than the size limit
+            of :mod:`ampkit.models.size` (``--allow-large``).
 
     Raises:
         ConfigurationError: an unknown name or option, an unimportable module, a missing
-            factory, or a factory that returns something unusable.
+            factory, a factory that returns something unusable, or an ``hf:`` model estimated
+            above the size limit (unless ``allow_large``).
         MissingDependencyError: ``hf:`` without transformers, ``timm:`` without timm.
     """
     if not isinstance(spec, str) or not spec.strip():
@@ -304,6 +309,9 @@ def build_model(spec: str, *, batch_size: int | None = None, seed: int = 0) -> B
                 f"{spec!r} names no model. Write {prefix}:<name>, e.g. "
                 f"{'hf:gpt2' if prefix == 'hf' else 'timm:resnet18'}."
             )
-        build = build_hf if prefix == "hf" else build_timm
-        return build(spec, name, options, batch_size=batch_size, seed=seed)
+        if prefix == "timm":
+            return build_timm(spec, name, options, batch_size=batch_size, seed=seed)
+        return build_hf(
+            spec, name, options, batch_size=batch_size, seed=seed, allow_large=allow_large
+        )
     return from_factory_result(spec, call_factory(spec, batch_size))

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ampkit._tree import iter_tensors
-from ampkit.errors import ConfigurationError
+from ampkit.errors import ConfigurationError, DataError
 
 __all__ = ["batch_loss", "batch_output", "batch_size_of", "loss_from_output"]
 
@@ -70,7 +70,17 @@ def batch_output(
 
     Raises:
         ConfigurationError: as :func:`batch_loss`.
+        DataError: the batch holds no sample (its first tensor's leading dimension is 0):
+            its mean loss would be NaN and read as a divergence.
     """
+    first = next(iter_tensors(batch), None)
+    if first is not None and first.dim() > 0 and first.shape[0] == 0:
+        raise DataError(
+            f"batch: a batch of 0 samples (its first tensor has shape {tuple(first.shape)}), "
+            "whose mean loss is NaN. Every batch must hold at least one sample: check the "
+            "data loader (a dataset shorter than the batch, a sampler or collate_fn that "
+            "yields empty batches)."
+        )
     if loss_fn is not None:
         if not isinstance(batch, (tuple, list)) or len(batch) != 2:
             raise ConfigurationError(

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ampkit._files import append_record, atomic_write
 from ampkit.errors import ConfigurationError, DataError, StorageError
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from ampkit.precision.engine import MixedPrecision, StepResult
+
+T = TypeVar("T")
 
 __all__ = [
     "Callback",
@@ -254,14 +258,46 @@ class ProgressBar(Callback):
             self._bar = None
 
 
-class TensorBoard(Callback):
+class Tracker(Callback):
+    """A callback that sends what training logs somewhere else (TensorBoard, MLflow, W&B): on
+    its first failure (a folder deleted or read-only, a server down, a full disk) it warns
+    once (``RuntimeWarning``, naming the tracker and the error) and sends nothing more, and
+    training goes on."""
+
+    name = "tracker"
+
+    def __init__(self) -> None:
+        self.failed: str | None = None  # the first error, once one happened
+        self._active = False
+
+    def _send(self, what: str, call: Callable[[], T]) -> T | None:
+        if self.failed is not None:
+            return None
+        try:
+            return call()
+        except Exception as exc:  # an observer never stops training
+            self.failed = f"{type(exc).__name__}: {exc}"
+            self._active = False
+            warnings.warn(
+                f"{self.name}: {what} failed ({self.failed}); nothing more is sent to it in "
+                "this run, and training goes on (metrics.jsonl, when written, keeps every row).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+
+
+class TensorBoard(Tracker):
     """Log loss, learning rate, loss scale, throughput and the evaluations (``eval/loss``,
     ``eval/<metric>``) to TensorBoard (rank 0).
 
-    Needs the ``tensorboard`` package; :meth:`available` says whether it is installed.
+    Needs the ``tensorboard`` package; :meth:`available` says whether it is installed. A
+    failure to write (the folder deleted mid-run, read-only, a file in its place) warns once
+    and training goes on (:class:`Tracker`).
     """
 
     def __init__(self, log_dir: str | Path) -> None:
+        super().__init__()
         self.log_dir = Path(log_dir)
         self._writer: Any = None
 
@@ -272,28 +308,43 @@ class TensorBoard(Callback):
 
         return importlib.util.find_spec("tensorboard") is not None
 
+    name = "TensorBoard"
+
     def on_fit_start(self, trainer: TrainerView) -> None:
         if trainer.is_main:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._writer = SummaryWriter(str(self.log_dir))
+            def start() -> None:
+                self._writer = SummaryWriter(str(self.log_dir))
+                self._active = True
+
+            self._send(f"opening {self.log_dir}", start)
 
     def on_log(self, trainer: TrainerView, metrics: StepMetrics) -> None:
-        if self._writer is None:
+        if not self._active:
             return
-        for name in ("loss", "lr", "scale", "step_time_ms", "samples_per_s"):
-            self._writer.add_scalar(f"train/{name}", getattr(metrics, name), metrics.step)
-        if metrics.grad_norm is not None:
-            self._writer.add_scalar("train/grad_norm", metrics.grad_norm, metrics.step)
-        if metrics.eval_loss is not None:
-            self._writer.add_scalar("eval/loss", metrics.eval_loss, metrics.step)
-        for name, value in (metrics.eval_metrics or {}).items():
-            self._writer.add_scalar(f"eval/{name}", value, metrics.step)
+        writer = self._writer
+        values = {f"train/{n}": getattr(metrics, n) for n in self._TRAIN}
+        values["train/grad_norm"] = metrics.grad_norm
+        values["eval/loss"] = metrics.eval_loss
+        values.update({f"eval/{n}": v for n, v in (metrics.eval_metrics or {}).items()})
+
+        def send() -> None:
+            for tag, value in values.items():
+                if value is not None:
+                    writer.add_scalar(tag, value, metrics.step)
+            # the event file is written by a background thread, which reports a failure (the
+            # folder deleted, read-only, a file in its place) at the next flush
+            writer.flush()
+
+        self._send(f"logging step {metrics.step} to {self.log_dir}", send)
+
+    _TRAIN = ("loss", "lr", "scale", "step_time_ms", "samples_per_s")
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        writer, self._writer, self._active = self._writer, None, False
+        if writer is not None and self.failed is None:
+            self._send(f"closing {self.log_dir}", writer.close)
 
 
 class NonFiniteMonitor(Callback):

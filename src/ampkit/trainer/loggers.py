@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ampkit.errors import ConfigurationError, MissingDependencyError
-from ampkit.trainer.callbacks import Callback
+from ampkit.trainer.callbacks import Tracker as _Tracker
 
 if TYPE_CHECKING:
     from ampkit.trainer.callbacks import TrainerView
@@ -36,8 +35,6 @@ if TYPE_CHECKING:
     from ampkit.trainer.result import FitResult
 
 __all__ = ["MLflowLogger", "WandbLogger", "metric_values"]
-
-T = TypeVar("T")
 
 
 def metric_values(metrics: StepMetrics) -> dict[str, float]:
@@ -63,32 +60,6 @@ def _import(module: str, feature: str, extra: str) -> Any:
             f"{feature}: needs the {module!r} package, which cannot be imported here ({exc}). "
             f"Install it: pip install 'ampkit[{extra}]'."
         ) from None
-
-
-class _Tracker(Callback):
-    """Rank-0 sending with one warning at the first failure, after which nothing is sent."""
-
-    name = "tracker"
-
-    def __init__(self) -> None:
-        self.failed: str | None = None  # the first error, once one happened
-        self._active = False
-
-    def _send(self, what: str, call: Callable[[], T]) -> T | None:
-        if self.failed is not None:
-            return None
-        try:
-            return call()
-        except Exception as exc:  # an observer never stops training
-            self.failed = f"{type(exc).__name__}: {exc}"
-            self._active = False
-            warnings.warn(
-                f"{self.name}: {what} failed ({self.failed}); nothing more is sent to it in "
-                "this run, and training goes on (metrics.jsonl, when written, keeps every row).",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-            return None
 
 
 class MLflowLogger(_Tracker):
@@ -271,7 +242,16 @@ class WandbLogger(_Tracker):
         if metrics.precision_change is not None:
             row["precision_change"] = metrics.precision_change
         run = self.run
-        self._send(f"logging step {metrics.step}", lambda: run.log(row, step=metrics.step))
+
+        def send() -> None:
+            run.log(row, step=metrics.step)
+            # wandb writes from a service process and tells the run nothing when its folder
+            # goes away: look for it, so a deleted folder warns as an error would
+            folder = getattr(run, "dir", None)
+            if folder and not Path(folder).is_dir():
+                raise FileNotFoundError(f"the run's folder {folder} no longer exists")
+
+        self._send(f"logging step {metrics.step}", send)
 
     def on_fit_end(self, trainer: TrainerView, result: FitResult) -> None:
         self._finish(0)
