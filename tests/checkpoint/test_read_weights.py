@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ampkit import CheckpointError
+from ampkit import CheckpointError, ConfigurationError, DataError
 from ampkit.checkpoint.folder import read_weights, write_checkpoint
 from ampkit.checkpoint.weights import write_weights
 
@@ -59,10 +59,12 @@ def test_an_incomplete_checkpoint_is_refused(tmp_path):
 
 @pytest.mark.parametrize("what", ["missing", "empty folder", "not safetensors"])
 def test_nothing_readable_is_refused(tmp_path, what):
+    """Nothing usable at the path is the caller's input (exit 2), not a damaged checkpoint."""
     target = tmp_path / "x"
     if what == "empty folder":
         target.mkdir()
     elif what == "not safetensors":
         target.write_bytes(b"not a weights file")
-    with pytest.raises(CheckpointError, match=str(target)):
+    with pytest.raises((ConfigurationError, DataError), match=str(target)) as raised:
         read_weights(target)
+    assert raised.value.exit_code == 2
