@@ -130,6 +130,7 @@ def test_unknown_clock_is_refused():
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # a measured speed-up decides it: deselected by default
 @pytest.mark.timeout(600)
 def test_three_default_runs_under_a_busy_neighbour_give_one_verdict():
     """A busy loop on another core; three default ``ampkit bench`` runs agree."""
