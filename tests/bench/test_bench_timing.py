@@ -140,7 +140,42 @@ def test_rest_between_bursts_is_taken(monkeypatch):
         burst_s=0.0,
         rest_s=0.02,
     )
-    assert rests == [0.02, 0.02, 0.02]  # a burst of 0 s: a rest after every round
+    assert rests == [0.02, 0.02]  # a burst of 0 s: a rest between every two rounds
+
+
+def test_until_adds_rounds_until_it_holds():
+    clock = FakeClock()
+    seen: list[int] = []
+
+    def until(t):
+        seen.append(t.rounds)
+        return t.rounds == 7
+
+    timings = run_interleaved(
+        {"a": lambda i: clock.advance(1.0)},
+        rounds=4,
+        warmup=1,
+        probe=lambda: 1.0,
+        clock=clock,
+        until=until,
+        budget_s=1e9,
+    )
+    assert seen == [4, 5, 6, 7]  # asked after the minimum rounds, then after each added one
+    assert timings.rounds == 7 and len(timings.times["a"]) == 7 and len(timings.probes) == 8
+    assert len(timings.orders) == 7
+
+
+def test_the_budget_stops_an_until_that_never_holds():
+    timings = run_interleaved(
+        {"a": lambda i: None}, rounds=3, warmup=0, probe=lambda: 1.0, until=lambda t: False,
+        budget_s=0.0,
+    )  # fmt: skip
+    assert timings.rounds == 3  # the minimum is always run; a spent budget adds nothing
+
+
+def test_until_without_a_budget_is_refused():
+    with pytest.raises(ConfigurationError, match="until= needs a time budget_s"):
+        run_interleaved({"a": lambda i: None}, rounds=3, until=lambda t: True)
 
 
 def test_ratio_quartiles_from_kept_rounds():
