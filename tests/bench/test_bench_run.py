@@ -188,10 +188,15 @@ def test_a_budget_adds_rounds_and_the_report_says_why_it_stopped():
     assert len(report.variant("bf16").losses) == 1 + sampling.rounds  # warm-up + timed
     ci = report.variant("bf16").speedup_vs_fp32_twin_ci
     assert ci is not None and ci[0] <= report.variant("bf16").speedup_vs_fp32_twin <= ci[1]
-    # the verdict and the stop agree: decided means a definite verdict, and only then
-    assert (report.verdict.pays_off is not None) is (sampling.stopped == "decided")
-    if sampling.stopped == "budget":
-        assert "Measured" in report.verdict.text
+    # the verdict and the stop agree: decided is a definite verdict; an inconclusive one ran
+    # out of budget and says what was measured (under 6 rounds, before a 95% interval exists,
+    # the whole range may still decide the verdict)
+    if sampling.stopped == "decided":
+        assert report.verdict.pays_off is not None
+    if report.verdict.pays_off is None:
+        assert sampling.stopped == "budget" and "Measured" in report.verdict.text
+    if sampling.rounds >= 6:
+        assert (report.verdict.pays_off is not None) is (sampling.stopped == "decided")
     assert f"rounds  {sampling.rounds} timed in" in report.render()
     assert report.to_dict()["sampling"]["stopped"] == sampling.stopped
 

@@ -435,7 +435,10 @@ def _sampling_line(sampling: Sampling) -> str:
             "threshold"
         )
     if sampling.stopped == "budget":
-        return f"{done}: the {budget} budget ran out before the verdict was decided"
+        return (
+            f"{done}: the {budget} budget ran out before the {sampling.confidence:.0%} interval "
+            f"of the speed-up left the {PAYS_OFF_SPEEDUP:.2f}x threshold"
+        )
     return f"{done} ({sampling.stopped})"
 
 
