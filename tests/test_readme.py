@@ -65,15 +65,16 @@ def test_every_unmarked_plain_block_is_a_shell_step():
         assert skip is not None or re.match(r"(ampkit|python) ", first), commands
 
 
-@pytest.mark.readme
-@pytest.mark.timeout(3600)
-def test_shell_steps_run_in_order_in_a_fresh_folder(tmp_path):
-    """Every shell block not marked ``readme-test skip``, one after the other, in one empty
-    folder, with ``ampkit`` being this interpreter's (so the sources under test run)."""
+def run_in_order(blocks: list[tuple[str, str | None]], root: Path) -> list[str]:
+    """Run every block without a skip reason, one after the other, in ``root / "clone"`` (made
+    empty), with ``ampkit`` this interpreter's (so the sources under test run); return what
+    each step took. A step that fails stops the run: AssertionError with its commands and
+    output.
+    """
     import ampkit
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir = root / "bin"
+    bin_dir.mkdir(parents=True)
     shim = bin_dir / "ampkit"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m ampkit "$@"\n')
     shim.chmod(0o755)
@@ -84,10 +85,10 @@ def test_shell_steps_run_in_order_in_a_fresh_folder(tmp_path):
         + os.environ.get("PATH", ""),
         "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p),
     }
-    work = tmp_path / "clone"
+    work = root / "clone"
     work.mkdir()
-    ran, took = 0, []
-    for commands, skip in shell_blocks(README.read_text()):
+    took = []
+    for commands, skip in blocks:
         if skip is not None:
             continue
         start = time.monotonic()
@@ -102,6 +103,29 @@ def test_shell_steps_run_in_order_in_a_fresh_folder(tmp_path):
         )
         took.append(f"{time.monotonic() - start:6.1f} s  {commands.splitlines()[0]}")
         assert done.returncode == 0, f"{commands}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
-        ran += 1
+    return took
+
+
+def test_steps_share_one_folder_skip_the_marked_and_stop_at_a_failure(tmp_path):
+    text = (
+        "```\nmkdir runs && ampkit --help > runs/help.txt\n```\n"
+        "<!-- readme-test skip: not a step -->\n```\nexit 3\n```\n"
+        "```text\nnot a command\n```\n"
+        "```\npip install nothing-at-all\ngrep -q 'Usage:.* ampkit' runs/help.txt\n```\n"
+    )
+    blocks = shell_blocks(text)
+    assert [skip for _, skip in blocks] == [None, "not a step", None]  # the text block is output
+    assert "pip install" not in blocks[2][0]  # the environment under test is installed
+    assert len(run_in_order(blocks, tmp_path / "ok")) == 2  # the second step sees the first's
+    with pytest.raises(AssertionError, match="no-such-file"):
+        run_in_order(shell_blocks("```\ncat no-such-file\n```\n"), tmp_path / "failing")
+
+
+@pytest.mark.readme
+@pytest.mark.timeout(3600)
+def test_shell_steps_run_in_order_in_a_fresh_folder(tmp_path):
+    """Every shell block not marked ``readme-test skip``, one after the other, in one empty
+    folder: the README followed top to bottom on a fresh clone."""
+    took = run_in_order(shell_blocks(README.read_text()), tmp_path)
     print("\n".join(took))  # -s shows what each step took: the README's warnings come from it
-    assert ran >= 5
+    assert len(took) >= 5
