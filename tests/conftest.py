@@ -30,8 +30,27 @@ def restore_torch_globals() -> Iterator[None]:
     torch.set_rng_state(saved[6])
 
 
+#: Markers whose tests run only when ``-m`` names them: ``timing`` tests assert on a measured
+#: time or speed-up, which a loaded machine changes; the ``readme`` test runs the README's
+#: shell steps for minutes.
+OPT_IN = ("timing", "readme")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip tests marked ``gpu`` when no CUDA device is present."""
+    """Deselect the :data:`OPT_IN` tests unless ``-m`` names their marker; skip ``gpu`` tests
+    without a CUDA device.
+
+    An opt-in test never runs by default (``python -m pytest``, or ``-m "not slow"``), only
+    when asked for (``-m timing``, ``-m readme``).
+    """
+    expression = config.getoption("markexpr") or ""
+    for marker in OPT_IN:
+        if marker in expression:
+            continue
+        left_out = [item for item in items if item.get_closest_marker(marker)]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if not item.get_closest_marker(marker)]
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")

@@ -10,9 +10,11 @@ from click.testing import CliRunner
 
 from ampkit.cli import main
 
-FAST = [
+FAST = [  # exactly 3 rounds: these tests read the table, not the sampling
     "--steps",
     "3",
+    "--budget",
+    "0",
     "--warmup",
     "1",
     "--probe-tolerance",
@@ -106,6 +108,8 @@ def test_plot_without_matplotlib_is_a_one_line_error(user_models, tmp_path, monk
         (["--model", "resnet"], "--model: 'resnet' is not a model"),
         (["--model", "no_such_module_xyz:build"], "cannot import module"),
         (["--steps", "2"], "--steps must be an integer >= 3"),
+        (["--budget", "-1"], "--budget must be a number of seconds >= 0"),
+        (["--budget", "inf"], "--budget must be a number of seconds >= 0"),
         (["--model", "gpt", "--channels-last"], "--channels-last"),
     ],
 )

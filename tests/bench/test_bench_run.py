@@ -177,3 +177,31 @@ def test_steady_run_has_no_such_note():
     )
     assert report.rounds_kept == 4
     assert not any("steady machine" in n for n in report.notes)
+
+
+def test_a_budget_adds_rounds_and_the_report_says_why_it_stopped():
+    report = run_bench(tiny_gpt(), ["fp32", "bf16"], device="cpu", **FAST, budget_s=1.0)
+    sampling = report.sampling
+    assert sampling is not None and sampling.min_rounds == 3 and sampling.budget_s == 1.0
+    assert sampling.stopped in ("decided", "budget")
+    assert report.steps == sampling.rounds >= 3  # the header counts the rounds run
+    assert len(report.variant("bf16").losses) == 1 + sampling.rounds  # warm-up + timed
+    ci = report.variant("bf16").speedup_vs_fp32_twin_ci
+    assert ci is not None and ci[0] <= report.variant("bf16").speedup_vs_fp32_twin <= ci[1]
+    # the verdict and the stop agree: decided is a definite verdict; an inconclusive one ran
+    # out of budget and says what was measured (under 6 rounds, before a 95% interval exists,
+    # the whole range may still decide the verdict)
+    if sampling.stopped == "decided":
+        assert report.verdict.pays_off is not None
+    if report.verdict.pays_off is None:
+        assert sampling.stopped == "budget" and "Measured" in report.verdict.text
+    if sampling.rounds >= 6:
+        assert (report.verdict.pays_off is not None) is (sampling.stopped == "decided")
+    assert f"rounds  {sampling.rounds} timed in" in report.render()
+    assert report.to_dict()["sampling"]["stopped"] == sampling.stopped
+
+
+def test_without_a_budget_exactly_the_steps_run():
+    report = run_bench(tiny_gpt(), ["fp32", "bf16"], device="cpu", **FAST)
+    assert report.sampling is not None and report.sampling.stopped == "fixed"
+    assert report.steps == 3 and len(report.variant("bf16").losses) == 4

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import statistics
 
 import pytest
@@ -106,30 +105,77 @@ def test_run_interleaved_runs_rounds_in_the_planned_order_and_drops_drifting_rou
     assert timings.rounds == 5
 
 
+class FakeClock:
+    """A clock that moves only when a step says it took time: timings without timing."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_run_interleaved_times_each_step_itself():
-    import time
-
+    clock = FakeClock()
     durations = {"fast": 0.001, "slow": 0.006}
-    steps = {name: (lambda i, d=d: time.sleep(d)) for name, d in durations.items()}
-    timings = run_interleaved(steps, rounds=4, warmup=1, probe=lambda: 1.0)
-    assert timings.ratio("slow", "fast") > 2.0
-    assert all(t >= 0.006 for t in timings.times["slow"])
+    steps = {name: (lambda i, d=d: clock.advance(d)) for name, d in durations.items()}
+    timings = run_interleaved(steps, rounds=4, warmup=1, probe=lambda: 1.0, clock=clock)
+    assert timings.times == {"fast": [pytest.approx(0.001)] * 4, "slow": [pytest.approx(0.006)] * 4}
+    assert timings.ratio("slow", "fast") == pytest.approx(6.0)
 
 
-def test_rest_between_bursts_is_taken():
-    import time
+def test_rest_between_bursts_is_taken(monkeypatch):
+    from ampkit.bench import timing
 
-    calls = itertools.count()
-    start = time.perf_counter()
+    rests: list[float] = []
+    monkeypatch.setattr(timing.time, "sleep", rests.append)  # record the rests, sleep none
     run_interleaved(
-        {"a": lambda i: next(calls)},
+        {"a": lambda i: None},
         rounds=3,
         warmup=0,
         probe=lambda: 1.0,
         burst_s=0.0,
         rest_s=0.02,
     )
-    assert time.perf_counter() - start >= 0.06
+    assert rests == [0.02, 0.02]  # a burst of 0 s: a rest between every two rounds
+
+
+def test_until_adds_rounds_until_it_holds():
+    clock = FakeClock()
+    seen: list[int] = []
+
+    def until(t):
+        seen.append(t.rounds)
+        return t.rounds == 7
+
+    timings = run_interleaved(
+        {"a": lambda i: clock.advance(1.0)},
+        rounds=4,
+        warmup=1,
+        probe=lambda: 1.0,
+        clock=clock,
+        until=until,
+        budget_s=1e9,
+    )
+    assert seen == [4, 5, 6, 7]  # asked after the minimum rounds, then after each added one
+    assert timings.rounds == 7 and len(timings.times["a"]) == 7 and len(timings.probes) == 8
+    assert len(timings.orders) == 7
+
+
+def test_the_budget_stops_an_until_that_never_holds():
+    timings = run_interleaved(
+        {"a": lambda i: None}, rounds=3, warmup=0, probe=lambda: 1.0, until=lambda t: False,
+        budget_s=0.0,
+    )  # fmt: skip
+    assert timings.rounds == 3  # the minimum is always run; a spent budget adds nothing
+
+
+def test_until_without_a_budget_is_refused():
+    with pytest.raises(ConfigurationError, match="until= needs a time budget_s"):
+        run_interleaved({"a": lambda i: None}, rounds=3, until=lambda t: True)
 
 
 def test_ratio_quartiles_from_kept_rounds():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ampkit.bench.report import VariantResult, decide_verdict
 
 
-def variant(name, speedup, *, memory=None, loss=2.0, gap=0.0, compiled=False, cl=False, iqr=None):
+def variant(name, speedup, *, memory=None, loss=2.0, gap=0.0, compiled=False, cl=False, ci=None):
     precision = name.split("+")[0]
     return VariantResult(
         name=name,
@@ -16,7 +16,8 @@ def variant(name, speedup, *, memory=None, loss=2.0, gap=0.0, compiled=False, cl
         throughput=1000 * speedup,
         speedup_vs_fp32=speedup,
         speedup_vs_fp32_twin=speedup,
-        speedup_vs_fp32_twin_iqr=iqr,
+        speedup_vs_fp32_twin_iqr=None,
+        speedup_vs_fp32_twin_ci=ci,
         memory_bytes=None,
         memory_vs_fp32=memory,
         losses=[3.0, loss],
@@ -98,21 +99,21 @@ def test_channels_last_speedup_is_not_credited_to_low_precision():
 
 def test_noisy_speedup_is_inconclusive_not_a_claim():
     v = decide_verdict(
-        [variant("fp32", 1.0), variant("bf16", 1.8, iqr=(0.6, 2.5))], matmul_share=0.9, **GPU
+        [variant("fp32", 1.0), variant("bf16", 1.8, ci=(0.6, 2.5))], matmul_share=0.9, **GPU
     )
     assert v.pays_off is None and "Inconclusive" in v.text and "0.60x to 2.50x" in v.text
 
 
 def test_noisy_slowdown_is_inconclusive_too():
     v = decide_verdict(
-        [variant("fp32", 1.0), variant("bf16", 0.8, iqr=(0.5, 1.4))], matmul_share=0.9, **GPU
+        [variant("fp32", 1.0), variant("bf16", 0.8, ci=(0.5, 1.4))], matmul_share=0.9, **GPU
     )
     assert v.pays_off is None
 
 
-def test_tight_quartiles_keep_the_verdict():
+def test_a_tight_interval_keeps_the_verdict():
     v = decide_verdict(
-        [variant("fp32", 1.0), variant("bf16", 1 / 15, iqr=(1 / 16, 1 / 14))],
+        [variant("fp32", 1.0), variant("bf16", 1 / 15, ci=(1 / 16, 1 / 14))],
         matmul_share=0.9,
         **CPU,
     )

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -181,11 +180,9 @@ def test_two_nodes_of_one_process_equal_nproc_2_bitwise(tmp_path):
         )
         for rank in (0, 1)
     ]
-    started = time.monotonic()
-    outputs = [node.communicate(timeout=300) for node in nodes]
+    outputs = [node.communicate(timeout=300) for node in nodes]  # a hang fails here
     assert [node.returncode for node in nodes] == [0, 0], outputs
     assert "processes  2" in outputs[0][0]  # rank 0's summary: a job of two processes
-    assert time.monotonic() - started < 300
     one = subprocess.run(
         [*ampkit, "--nproc", "2", "--out", str(tmp_path / "one")],
         env=env,

@@ -18,6 +18,11 @@ FP16 = format_limits()["fp16"]
 VOLTA = HardwareInfo(
     device=torch.device("cuda", 0), name="Test V100", cuda_capability=(7, 0), cuda_bf16=False
 )
+#: A device that runs fp16 and bf16 well: these tests are about the numerics, the same on any
+#: machine (tests/doctor/test_advice.py holds what each device is advised).
+AMPERE = HardwareInfo(
+    device=torch.device("cuda", 0), name="Test A100", cuda_capability=(8, 0), cuda_bf16=True
+)
 
 
 def _keys(report: ampkit.NumericsReport) -> list[tuple[str, str, str]]:
@@ -27,7 +32,7 @@ def _keys(report: ampkit.NumericsReport) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_healthy_model_has_no_findings(precision):
     model, closure = healthy()
-    report = ampkit.diagnose(model, closure, precision, steps=2)
+    report = ampkit.diagnose(model, closure, precision, steps=2, hardware=AMPERE)
     assert report.findings == ()
     assert report.recommendation.precision == precision
     assert report.recommendation.keep_fp32 == ()
@@ -36,7 +41,7 @@ def test_healthy_model_has_no_findings(precision):
 
 def test_activation_overflow_names_the_layer_and_recommends_bf16():
     model, closure = overflowing()
-    report = ampkit.diagnose(model, closure, "fp16", steps=1)
+    report = ampkit.diagnose(model, closure, "fp16", steps=1, hardware=AMPERE)
     assert _keys(report) == [("mid", "overflow", "forward")]
     finding = report.findings[0]
     assert finding.precision == "fp16"
@@ -64,7 +69,7 @@ def test_without_bf16_the_islands_cover_the_layer_and_its_consumer_and_fix_fp16(
 
 def test_tiny_gradients_underflow_in_backward_only_in_that_layer():
     model, closure = tiny_gradients()
-    report = ampkit.diagnose(model, closure, "fp16", steps=1)
+    report = ampkit.diagnose(model, closure, "fp16", steps=1, hardware=AMPERE)
     assert _keys(report) == [("aux", "underflow", "backward")]
     scale = report.loss_scale
     assert scale < 2**16 and math.frexp(scale)[0] == 0.5
@@ -92,7 +97,7 @@ def test_division_by_zero_names_the_block_in_forward_and_nothing_downstream():
 
 def test_cancellation_is_precision_loss_in_the_block_not_in_its_linear():
     model, closure = cancellation()
-    report = ampkit.diagnose(model, closure, "fp16", steps=1)
+    report = ampkit.diagnose(model, closure, "fp16", steps=1, hardware=AMPERE)
     assert _keys(report) == [("shifted", "precision-loss", "forward")]
     assert report.row("shifted").rel_error["fp16"] > 0.05
     assert report.row("shifted.fc").rel_error["fp16"] < 1e-3
@@ -164,7 +169,7 @@ def test_bad_arguments_raise():
 
 def test_json_is_strict_and_round_trips_the_findings(tmp_path):
     model, closure = overflowing()
-    report = ampkit.diagnose(model, closure, "fp16", steps=1)
+    report = ampkit.diagnose(model, closure, "fp16", steps=1, hardware=AMPERE)
     data = json.loads(report.to_json(tmp_path / "r.json"))
     assert json.loads((tmp_path / "r.json").read_text()) == data
     assert [(f["module"], f["kind"], f["phase"]) for f in data["findings"]] == _keys(report)

@@ -12,6 +12,11 @@ from torch import nn
 from ampkit.doctor import NumericsFinding, Recommendation, diagnose
 from ampkit.doctor.compute import IslandShare, island_share
 from ampkit.doctor.findings import MOSTLY_FP32, with_island_cost
+from ampkit.precision.hardware import HardwareInfo
+
+AMPERE = HardwareInfo(
+    device=torch.device("cuda", 0), name="Test A100", cuda_capability=(8, 0), cuda_bf16=True
+)
 
 
 def _mlp() -> tuple[nn.Module, torch.Tensor]:
@@ -109,6 +114,7 @@ def test_diagnose_reports_the_share_of_a_trunk_island():
         "bf16",
         steps=1,
         with_precision_map=False,
+        hardware=AMPERE,  # runs bf16 well on any test machine: the islands are the subject
     )
     rec = report.recommendation
     assert (rec.precision, rec.keep_fp32) == ("bf16", ("trunk",))

@@ -124,6 +124,7 @@ def test_rejects_what_is_not_a_module():
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # compares measured step times: deselected by default
 def test_probe_costs_less_than_anomaly_mode(tmp_path):
     import json
     import subprocess

@@ -1,4 +1,5 @@
-"""Random or broken Python never crashes the linter; large trees lint fast; no torch import."""
+"""Random or broken Python never crashes the linter; large trees lint fast (the ``timing``
+tests, deselected by default) and alike in worker processes; no torch import."""
 
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ def _generated_tree(root: Path, count: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # CPU seconds measured: deselected by default
 def test_two_thousand_files_lint_in_seconds(tmp_path: Path) -> None:
     _generated_tree(tmp_path, 2000)
     start = time.process_time()
@@ -111,6 +113,7 @@ def test_two_thousand_files_lint_in_seconds(tmp_path: Path) -> None:
     assert elapsed < 30, f"linting 2000 files took {elapsed:.1f} CPU seconds"
 
 
+@pytest.mark.timing  # CPU seconds measured: deselected by default
 def test_two_hundred_files_quickly(tmp_path: Path) -> None:
     _generated_tree(tmp_path, 200)
     start = time.process_time()

@@ -2,14 +2,18 @@
 
 A script with hundreds of module-level training loops used to take time growing with the
 cube of the loop count. The generated files below mix the shapes the rules look at
-(loops, accumulation guards, branches, helpers followed into, classes) and are timed in
-CPU seconds of this thread, so a busy machine does not make the test flaky.
+(loops, accumulation guards, branches, helpers followed into, classes). The default test
+checks that a long file's findings are its blocks' findings; the tests timed in CPU seconds
+of this thread are marked ``timing`` (deselected by default: a measured time is not a
+verdict to hold a CI run to).
 """
 
 from __future__ import annotations
 
 import gc
 import time
+
+import pytest
 
 from ampkit.lint import check_source
 
@@ -72,6 +76,11 @@ class Trainer{n}:
 
 def generate(lines: int) -> str:
     """A syntactically valid file of about ``lines`` lines."""
+    return _generate(lines)[0]
+
+
+def _generate(lines: int) -> tuple[str, int]:
+    """The file of :func:`generate` and the number of blocks in it."""
     parts = [_HEAD]
     count = _HEAD.count("\n")
     n = 0
@@ -80,7 +89,7 @@ def generate(lines: int) -> str:
         parts.append(block)
         count += block.count("\n")
         n += 1
-    return "".join(parts)
+    return "".join(parts), n
 
 
 def _cpu_seconds(text: str, repeat: int = 1) -> tuple[float, int]:
@@ -99,6 +108,17 @@ def _cpu_seconds(text: str, repeat: int = 1) -> tuple[float, int]:
     return best, found
 
 
+def test_every_bad_block_of_a_long_file_is_reported() -> None:
+    # each kind of block alone, then a file of 200 blocks: a long file skips nothing
+    head = len(check_source(_HEAD, "head.py"))
+    alone = [len(check_source(_HEAD + b.replace("{n}", "0"), "one.py")) - head for b in _BLOCKS]
+    text, blocks = _generate(2000)
+    assert blocks > 200 and sum(alone) > 0
+    expected = head + sum(alone[n % len(_BLOCKS)] for n in range(blocks))
+    assert len(check_source(text, "generated.py")) == expected
+
+
+@pytest.mark.timing  # CPU seconds measured: deselected by default
 def test_five_thousand_line_file_lints_in_seconds() -> None:
     text = generate(5000)
     assert text.count("\n") >= 5000
@@ -108,6 +128,7 @@ def test_five_thousand_line_file_lints_in_seconds() -> None:
     assert seconds < 6, f"linting 5,000 lines took {seconds:.1f} CPU seconds"
 
 
+@pytest.mark.timing  # a ratio of CPU seconds: deselected by default
 def test_cost_grows_linearly_with_loops() -> None:
     small, found_small = _cpu_seconds(generate(1000), repeat=3)
     large, found_large = _cpu_seconds(generate(5000), repeat=2)

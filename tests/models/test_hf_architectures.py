@@ -210,7 +210,7 @@ def test_a_padded_batch_gives_finite_logits_in_low_precision(padding):
 
 
 def test_cli_bench_runs_a_vision_name():
-    args = ["bench", "--model", "hf:vit:tiny", "--steps", "3", "--warmup", "1"]
+    args = ["bench", "--model", "hf:vit:tiny", "--steps", "3", "--budget", "0", "--warmup", "1"]
     args += ["--precisions", "bf16", "--probe-tolerance", "100", "--no-progress"]
     result = CliRunner().invoke(main, [*args, "--device", "cpu", "--batch-size", "2"])
     assert result.exit_code == 0, result.output

@@ -228,7 +228,7 @@ def test_doctor_cli_findings_only_on_gpt2():
 def test_bench_cli_with_an_hf_model(tmp_path):
     out = tmp_path / "bench.json"
     args = ["--model", f"hf:bert-base-uncased:tiny,seq_len={SEQ}", "--batch-size", "2"]
-    args += ["--precisions", "fp32,bf16", "--steps", "3", "--warmup", "1"]
+    args += ["--precisions", "fp32,bf16", "--steps", "3", "--budget", "0", "--warmup", "1"]
     args += ["--probe-tolerance", "100", "--no-progress", "--device", "cpu", "--json", str(out)]
     result = CliRunner().invoke(main, ["bench", *args])
     assert result.exit_code == 0, result.output

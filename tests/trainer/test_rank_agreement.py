@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -75,9 +74,7 @@ def test_two_ranks_that_see_different_checkpoint_folders_fail_fast_in_one_line(t
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc_per_node=2", str(worker), str(tmp_path)]
-    started = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
-    elapsed = time.monotonic() - started
     lines = [line for line in done.stderr.splitlines() if line.startswith("rank ")]
     assert done.returncode != 0, done.stderr[-3000:]
     assert sorted(line.split(":")[0] for line in lines) == ["rank 0", "rank 1"], done.stderr
@@ -89,8 +86,9 @@ def test_two_ranks_that_see_different_checkpoint_folders_fail_fast_in_one_line(t
     assert "trained" not in done.stderr
     ends = {line.split(": ", 1)[1] for line in done.stderr.splitlines() if line.startswith("end ")}
     assert len(ends) == 1 and "rank 0 at step 3; rank 1 at step 4" in ends.pop(), done.stderr
-    # fast: well within the 60 s collective timeout the worker sets (torchrun start included)
-    assert elapsed < 60, elapsed
+    # fast, without timing it: the agreement check's message ends the run, not the 60 s
+    # collective timeout the worker sets (a timed-out collective says so instead)
+    assert "timed out" not in done.stderr.lower(), done.stderr[-3000:]
     assert not (tmp_path / "ckpt1" / "step-00000004").exists()
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ampkit._files import atomic_write, json_safe
 from ampkit._text_table import text_table
+from ampkit.bench.sampling import Sampling
 from ampkit.errors import MissingDependencyError
 
 __all__ = [
@@ -57,7 +58,11 @@ class VariantResult:
             is the baseline); None when fp32 was not measured.
         speedup_vs_fp32_twin: the same against the fp32 variant with the same compile and
             channels-last settings: what the precision alone buys. The verdict uses it.
-        speedup_vs_fp32_twin_iqr: lower and upper quartile of those per-round ratios.
+        speedup_vs_fp32_twin_iqr: lower and upper quartile of those per-round ratios (their
+            spread, which more rounds do not narrow).
+        speedup_vs_fp32_twin_ci: the 95% confidence interval of their median
+            (:func:`~ampkit.bench.sampling.median_interval`; the whole range below 6
+            rounds), which more rounds narrow. The verdict is judged by it.
         memory_bytes: CUDA: peak allocated during a step as if alone; CPU: bytes saved for
             backward (None when they could not be measured, e.g. under ``torch.compile``).
         memory_vs_fp32: ``memory_bytes`` over the fp32 twin's (same compile/channels-last).
@@ -88,6 +93,7 @@ class VariantResult:
     reason: str = ""
     step_s_iqr: tuple[float, float] | None = None
     wall_median_step_s: float | None = None
+    speedup_vs_fp32_twin_ci: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -111,16 +117,16 @@ def _times(speedup: float, twin: str) -> str:
     return f"{1 / speedup:.1f}x slower than {twin}"
 
 
-def inconclusive(iqr: tuple[float, float] | None, threshold: float = PAYS_OFF_SPEEDUP) -> bool:
-    """The one rule every verdict uses: the quartiles of the per-round speed-up straddle the
-    pay-off threshold.
+def inconclusive(interval: tuple[float, float] | None, threshold: float = PAYS_OFF_SPEEDUP) -> bool:
+    """The one rule every verdict uses: the confidence interval of the median per-round
+    speed-up straddles the pay-off threshold.
 
-    A verdict is definite only when the middle half of the per-round speed-ups lies wholly on one side of ``threshold``
-    (below: does not pay off; at or above: pays off). The median lies between the quartiles,
-    so a definite verdict agrees with the median. None (no spread measured) is not
-    inconclusive: the median decides.
+    A verdict is definite only when the interval lies wholly on one side of ``threshold``
+    (below, the "no gain" side: does not pay off; at or above: pays off). The median lies
+    inside its interval, so a definite verdict agrees with it. None (no interval measured)
+    is not inconclusive: the median decides.
     """
-    return iqr is not None and iqr[0] < threshold <= iqr[1]
+    return interval is not None and interval[0] < threshold <= interval[1]
 
 
 def decide_verdict(
@@ -130,6 +136,7 @@ def decide_verdict(
     device_name: str,
     native_low_precision: bool | None,
     matmul_share: float | None,
+    sampling: Sampling | None = None,
 ) -> Verdict:
     """Say whether mixed precision pays off, from measured speed-ups, memory and losses.
 
@@ -140,6 +147,8 @@ def decide_verdict(
         native_low_precision: whether the device has native bf16/fp16 arithmetic (None: unknown).
         matmul_share: share of the fp32 step that its matmul FLOPs take at the device's
             measured (CPU) or peak (CUDA) fp32 matmul speed; None when unknown.
+        sampling: how the rounds were sampled; an inconclusive verdict then says what was
+            measured and how much longer would decide it.
     """
     low = [v for v in variants if v.precision != "fp32" and v.speedup_vs_fp32_twin is not None]
     if not low:
@@ -175,15 +184,14 @@ def decide_verdict(
                 f" Its loss after {len(best.losses)} steps differs from fp32's by {gap:+.3f}; "
                 "check accuracy before switching."
             )
-    spread = best.speedup_vs_fp32_twin_iqr
-    if spread is not None and inconclusive(spread):
+    interval = best.speedup_vs_fp32_twin_ci
+    if interval is not None and inconclusive(interval):
         return Verdict(
             None,
             f"Inconclusive: {best.name} measured {_times(speedup, twin)} at the median, but "
-            f"the per-round ratios spread from {spread[0]:.2f}x to {spread[1]:.2f}x (quartiles), "
-            f"across the {PAYS_OFF_SPEEDUP:.2f}x it takes to pay off, so the machine's noise "
-            "is as large as the effect. Run again with more --steps, "
-            "on a quieter machine.",
+            f"its 95% confidence interval, {interval[0]:.2f}x to {interval[1]:.2f}x, "
+            f"straddles the {PAYS_OFF_SPEEDUP:.2f}x it takes to pay off: the machine's "
+            "noise is as large as the effect. " + _undecided(sampling),
             best.name,
         )
     if speedup >= PAYS_OFF_SPEEDUP:
@@ -221,6 +229,28 @@ def decide_verdict(
     return Verdict(False, head + why + loss_note, best.name)
 
 
+def _undecided(sampling: Sampling | None) -> str:
+    """What was measured and what would decide an inconclusive verdict."""
+    if sampling is None or sampling.stopped == "fixed":
+        return (
+            "Run again with a time budget (--budget SECONDS) so rounds are added until it is "
+            "decided, or on a quieter machine."
+        )
+    measured = f"Measured {sampling.rounds} rounds in {sampling.seconds:.0f} s"
+    if sampling.budget_s is not None:
+        measured += f" (budget {sampling.budget_s:.0f} s)"
+    if sampling.more_rounds is None or sampling.more_seconds is None:
+        return (
+            measured + "; the median sits at the threshold, so more rounds are not expected "
+            "to decide it: the precisions are about equally fast here."
+        )
+    need = sampling.seconds + sampling.more_seconds
+    return (
+        measured + f"; about {sampling.more_rounds} more rounds (~{sampling.more_seconds:.0f} s "
+        f"more at this rate) would decide it: rerun with --budget {math.ceil(need / 10) * 10}."
+    )
+
+
 @dataclass(kw_only=True)
 class BenchReport:
     """Everything one ``ampkit bench`` run measured.
@@ -249,6 +279,7 @@ class BenchReport:
         clock: what step times measure and the verdict is judged by: ``"cpu"`` (the timing
             thread's CPU time, torch on one thread; a CPU device's default, because a busy
             neighbour does not inflate it) or ``"wall"`` (wall time; accelerators).
+        sampling: how many rounds were timed and why it stopped (adaptive sampling).
     """
 
     model: str
@@ -273,6 +304,7 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
     noisy: bool = False
     clock: str = "wall"
+    sampling: Sampling | None = None
 
     def variant(self, name: str) -> VariantResult:
         """The result named ``name``.
@@ -351,6 +383,7 @@ class BenchReport:
             f"timing  {self.steps} interleaved steps per variant after {self.warmup} warm-up; "
             f"{self.rounds_kept}/{self.steps} rounds kept (probe tolerance "
             f"{self.probe_tolerance:.0%}, probe spread {self.probe_spread:.2f}x)",
+            *([f"rounds  {_sampling_line(self.sampling)}"] if self.sampling else []),
             "clock   "
             + (
                 "judged by the timing thread's CPU time, torch on 1 thread (a busy machine "
@@ -368,8 +401,8 @@ class BenchReport:
                 f"        process peak RSS {_mib(self.peak_rss_bytes)} (all variants together)"
             )
         lines.append(
-            "vs fp32: median over rounds of fp32 step time / variant step time"
-            + (" (quartiles in parentheses)" if self.noisy else "")
+            "vs fp32: median over rounds of fp32 step time / variant step time; in parentheses "
+            + ("its quartiles (the run is noisy)" if self.noisy else "its 95% confidence interval")
         )
         lines.extend(f"note: {n}" for n in self.notes)
         lines.append("")
@@ -378,14 +411,35 @@ class BenchReport:
 
 
 def _speedup(v: VariantResult, spread: bool) -> str:
-    """The "vs fp32" cell; with ``spread``, the quartiles of the per-round ratios too."""
+    """The "vs fp32" cell and, for a low precision, the confidence interval of the speed-up
+    against its fp32 twin (with ``spread``: the quartiles of the per-round ratios)."""
     if v.speedup_vs_fp32 is None:
         return "-"
     cell = f"{v.speedup_vs_fp32:.2f}x"
-    if spread and v.speedup_vs_fp32_twin_iqr is not None and v.precision != "fp32":
-        low, high = v.speedup_vs_fp32_twin_iqr
-        cell += f" ({low:.2f}-{high:.2f})"
+    bounds = v.speedup_vs_fp32_twin_iqr if spread else v.speedup_vs_fp32_twin_ci
+    if bounds is not None and v.precision != "fp32":
+        cell += f" ({bounds[0]:.2f}-{bounds[1]:.2f})"
     return cell
+
+
+def _sampling_line(sampling: Sampling) -> str:
+    """How many rounds were timed, and why the benchmark stopped there."""
+    done = f"{sampling.rounds} timed in {sampling.seconds:.0f} s"
+    if sampling.stopped == "fixed":
+        return f"{done}, a fixed number (--budget 0)"
+    budget = f"{sampling.budget_s:.0f} s" if sampling.budget_s is not None else "no"
+    if sampling.stopped == "decided":
+        return (
+            f"{done} (at least {sampling.min_rounds}, budget {budget}): stopped when the "
+            f"{sampling.confidence:.0%} interval of the speed-up left the {PAYS_OFF_SPEEDUP:.2f}x "
+            "threshold"
+        )
+    if sampling.stopped == "budget":
+        return (
+            f"{done}: the {budget} budget ran out before the {sampling.confidence:.0%} interval "
+            f"of the speed-up left the {PAYS_OFF_SPEEDUP:.2f}x threshold"
+        )
+    return f"{done} ({sampling.stopped})"
 
 
 def _memory_header(cuda: bool) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import platform
 import statistics
 import time
@@ -24,7 +25,14 @@ from ampkit._tree import iter_tensors, to_device
 from ampkit._validate import is_int, is_number
 from ampkit.bench.flops import count_train_flops, mfu, peak_flops
 from ampkit.bench.memory import cuda_step_peak_bytes, saved_tensor_bytes, state_bytes
-from ampkit.bench.report import BenchReport, VariantResult, decide_verdict
+from ampkit.bench.report import PAYS_OFF_SPEEDUP, BenchReport, VariantResult, decide_verdict
+from ampkit.bench.sampling import (
+    Sampling,
+    decided,
+    median_interval,
+    min_rounds_for,
+    rounds_to_decide,
+)
 from ampkit.bench.timing import (
     MIN_ROUNDS,
     Timings,
@@ -85,10 +93,18 @@ def _resolve_all(precisions: Sequence[str], device: torch.device) -> tuple[list[
     return list(policies.values()), notes
 
 
-def _validate(steps: int, warmup: int, batch_size: int | None, tolerance: float) -> None:
+def _validate(
+    steps: int, warmup: int, batch_size: int | None, tolerance: float, budget: float | None
+) -> None:
     problems = [
         f"--{flag} must be {rule}, got {value!r}"
         for flag, value, ok, rule in [
+            (
+                "budget",
+                budget,
+                budget is None or is_number(budget, 0),
+                "a number of seconds >= 0 (0: exactly --steps rounds)",
+            ),
             (
                 "steps",
                 steps,
@@ -169,6 +185,7 @@ def run_bench(
     probe: Callable[[], float] | None = None,
     clock: str = "auto",
     allow_large: bool = False,
+    budget_s: float | None = None,
 ) -> BenchReport:
     """Benchmark ``model`` in each precision, interleaved step by step; return the report.
 
@@ -201,6 +218,12 @@ def run_bench(
             recorded too.
         allow_large: build an ``hf:`` model whose options ask for more than the size limit of
             :mod:`ampkit.models.size` (``--allow-large``).
+        budget_s: adaptive sampling: after ``steps`` rounds, add rounds until the verdict is
+            decided (the 95% confidence interval of the best low precision's median speed-up
+            over its fp32 twin lies wholly on one side of the 1.10x pay-off threshold) or the
+            timed rounds have taken ``budget_s`` wall seconds; an undecided verdict then says
+            how much longer would decide it. None or 0: exactly ``steps`` rounds. The CLI's
+            ``--budget`` defaults to 60.
 
     Raises:
         ConfigurationError: invalid settings (``steps`` below 3 included), an unknown
@@ -208,7 +231,7 @@ def run_bench(
             ``clock="cpu"`` on an accelerator.
         UnsupportedPrecisionError: a precision the device cannot run (bf16 on pre-Ampere).
     """
-    _validate(steps, warmup, batch_size, probe_tolerance)
+    _validate(steps, warmup, batch_size, probe_tolerance, budget_s)
     if clock not in ("auto", "cpu", "wall"):
         raise ConfigurationError(f"clock: must be 'auto', 'cpu' or 'wall', got {clock!r}.")
     dev = resolve_device(device)
@@ -282,6 +305,8 @@ def run_bench(
     def prepare(name: str, i: int) -> None:  # untimed: batch to the device before the clock
         batch_for(i, by_name[name].channels_last)
 
+    pairs = _twin_pairs(variants)
+    adaptive = bool(budget_s) and bool(pairs)
     session = cpu_clock_session() if clock_name == "cpu" else contextlib.nullcontext()
     with session as cpu_clock:
         step_clock = cpu_clock if cpu_clock is not None else time.perf_counter
@@ -305,7 +330,10 @@ def run_bench(
             on_round=on_round,
             clock=step_clock,
             clock_name=clock_name,
+            until=(lambda t: _decided(t, pairs)) if adaptive else None,
+            budget_s=budget_s if adaptive else None,
         )
+    sampling = _sampling(timings, pairs, steps, budget_s if adaptive else None)
     return _report(
         workload,
         variants,
@@ -318,6 +346,7 @@ def run_bench(
         warmup,
         probe is None,
         threads,
+        sampling,
     )
 
 
@@ -360,6 +389,67 @@ def _build_variant(
     )
 
 
+def _twin_pairs(variants: list[_Variant]) -> list[tuple[str, str]]:
+    """(low-precision variant, its fp32 twin) for every variant the verdict compares."""
+    return [
+        (v.name, t.name)
+        for v in variants
+        if v.policy.precision != "fp32"
+        for t in variants
+        if t.policy.precision == "fp32"
+        and (t.compiled, t.channels_last) == (v.compiled, v.channels_last)
+    ]
+
+
+def _speedups(timings: Timings, name: str, twin: str) -> list[float]:
+    """Per-round speed-ups ``t_twin / t_name`` over the rounds the statistics use."""
+    return [timings.times[twin][k] / timings.times[name][k] for k in timings.used]
+
+
+def _best(timings: Timings, pairs: list[tuple[str, str]]) -> list[float]:
+    """The per-round speed-ups of the fastest low precision (by median), as the verdict
+    picks it."""
+    return max((_speedups(timings, name, twin) for name, twin in pairs), key=statistics.median)
+
+
+def _decided(timings: Timings, pairs: list[tuple[str, str]]) -> bool:
+    """The stopping rule: the verdict would not be inconclusive, at full confidence."""
+    speedups = _best(timings, pairs)
+    return len(speedups) >= min_rounds_for() and decided(
+        median_interval(speedups), PAYS_OFF_SPEEDUP
+    )
+
+
+def _sampling(
+    timings: Timings, pairs: list[tuple[str, str]], steps: int, budget_s: float | None
+) -> Sampling:
+    """How the rounds were sampled, and for an undecided verdict how much more would do."""
+
+    def made(stopped: str, more: int | None = None) -> Sampling:
+        return Sampling(
+            min_rounds=steps,
+            rounds=timings.rounds,
+            seconds=timings.seconds,
+            budget_s=budget_s,
+            stopped=stopped,
+            more_rounds=more,
+            more_seconds=None if more is None else more * timings.seconds / timings.rounds,
+        )
+
+    if not pairs:
+        return made("nothing to decide")
+    if budget_s is None:
+        return made("fixed")
+    if _decided(timings, pairs):
+        return made("decided")
+    speedups = _best(timings, pairs)
+    needed = rounds_to_decide(speedups, PAYS_OFF_SPEEDUP)
+    if needed is None:
+        return made("budget")
+    # dropped rounds count too: the used rounds still needed, times rounds run per round used
+    return made("budget", math.ceil((needed - len(speedups)) * timings.rounds / len(speedups)))
+
+
 def _inverse(quartiles: tuple[float, float]) -> tuple[float, float]:
     """Quartiles of ``t_v / t_twin`` as quartiles of the speed-up ``t_twin / t_v``."""
     return 1 / quartiles[1], 1 / quartiles[0]
@@ -377,6 +467,7 @@ def _report(
     warmup: int,
     matmul_probe_used: bool,
     threads: int,
+    sampling: Sampling,
 ) -> BenchReport:
     losses = {v.name: [float(t) for t in v.losses] for v in variants}
     base = next(v for v in variants if v.name == "fp32")
@@ -409,6 +500,7 @@ def _report(
                 speedup_vs_fp32=timings.ratio("fp32", v.name),
                 speedup_vs_fp32_twin=timings.ratio(twin.name, v.name),
                 speedup_vs_fp32_twin_iqr=_inverse(timings.ratio_quartiles(v.name, twin.name)),
+                speedup_vs_fp32_twin_ci=median_interval(_speedups(timings, v.name, twin.name)),
                 memory_bytes=v.memory_bytes,
                 memory_vs_fp32=memory_ratio,
                 losses=losses[v.name],
@@ -439,7 +531,7 @@ def _report(
     if timings.noisy:
         used = "all rounds" if len(timings.used) > len(timings.kept) else "the steady rounds"
         notes.append(
-            f"only {len(timings.kept)} of {steps} rounds ran on a steady machine (the probe "
+            f"only {len(timings.kept)} of {timings.rounds} rounds ran on a steady machine (the probe "
             f"moved in the others), so the figures come from {used} and are rough: read the "
             "spread (quartiles) with them, or rerun with more --steps on a quieter machine. "
             "No matmul share is derived from them."
@@ -453,7 +545,7 @@ def _report(
         torch_version=torch.__version__,
         python_version=platform.python_version(),
         threads=threads,
-        steps=steps,
+        steps=timings.rounds,
         warmup=warmup,
         rounds_kept=len(timings.kept),
         noisy=timings.noisy,
@@ -474,7 +566,9 @@ def _report(
             device_name=hardware.name,
             native_low_precision=native,
             matmul_share=share,
+            sampling=sampling,
         ),
         notes=notes,
         clock=timings.clock,
+        sampling=sampling,
     )

@@ -185,6 +185,8 @@ class Timings:
         wall: wall seconds per timed round, per variant, when ``times`` is another clock
             (empty when ``times`` is wall time).
         clock: what ``times`` measures: ``"wall"`` or ``"cpu"`` (thread CPU time).
+        seconds: wall seconds from the first timed round to the last probe (probes and
+            rests included): what the timed rounds cost.
     """
 
     names: list[str]
@@ -195,6 +197,7 @@ class Timings:
     tolerance: float = 0.25
     wall: dict[str, list[float]] = field(default_factory=dict)
     clock: str = "wall"
+    seconds: float = 0.0
 
     @property
     def rounds(self) -> int:
@@ -275,8 +278,14 @@ def run_interleaved(
     on_round: Callable[[int, int], None] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     clock_name: str = "wall",
+    until: Callable[[Timings], bool] | None = None,
+    budget_s: float | None = None,
 ) -> Timings:
     """Time ``steps`` interleaved: each round runs one step of every variant.
+
+    With ``until`` and ``budget_s``, ``rounds`` is a minimum: after it, rounds are added one
+    at a time until ``until(timings so far)`` is true or the timed rounds have taken
+    ``budget_s`` wall seconds (probes and rests included), whichever comes first.
 
     Args:
         steps: variant name -> ``step(i)`` running training step ``i`` of that variant.
@@ -296,26 +305,56 @@ def run_interleaved(
             torch on one thread (:func:`cpu_clock_session`) measures CPU work that other
             processes cannot inflate. Wall time is recorded as well (:attr:`Timings.wall`).
         clock_name: how :attr:`Timings.clock` names ``clock`` (``"wall"`` or ``"cpu"``).
+        until: the stopping rule of adaptive sampling, asked after every timed round from
+            the ``rounds``-th on; None: exactly ``rounds`` rounds.
+        budget_s: wall seconds of timed rounds after which adaptive sampling stops even
+            when ``until`` is not met (required with ``until``).
 
     Raises:
-        ConfigurationError: ``rounds`` < 1 or ``warmup`` < 0.
+        ConfigurationError: ``rounds`` < 1, ``warmup`` < 0, or ``until`` without a
+            non-negative ``budget_s``.
     """
     if rounds < 1 or warmup < 0:
         raise ConfigurationError(
             f"run_interleaved: need rounds >= 1 and warmup >= 0, got {rounds} and {warmup}."
         )
+    if until is not None and (budget_s is None or not budget_s >= 0):
+        raise ConfigurationError(
+            f"run_interleaved: until= needs a time budget_s >= 0, got {budget_s!r}."
+        )
     probe = probe if probe is not None else matmul_probe()
     sync = sync if sync is not None else (lambda: None)
     names = list(steps)
-    orders = round_orders(names, warmup + rounds, seed)
+    # round r runs in the order cycle[r % len(names)] (round_orders rotates one place a round)
+    cycle = round_orders(names, len(names), seed)
     times: dict[str, list[float]] = {name: [] for name in names}
     wall: dict[str, list[float]] = {name: [] for name in names}
     probes: list[float] = []
+    orders: list[list[str]] = []
+
+    def timings() -> Timings:
+        return Timings(
+            names=names,
+            times=times,
+            probes=probes,
+            kept=kept_rounds(probes, tolerance),
+            orders=orders[warmup:],
+            tolerance=tolerance,
+            wall={} if clock_name == "wall" else wall,
+            clock=clock_name,
+            seconds=time.perf_counter() - timed_start,
+        )
+
     burst_start = time.perf_counter()
+    timed_start = burst_start
     total = warmup + rounds
-    for i, order in enumerate(orders):
-        if i >= warmup:
+    i = 0
+    while True:
+        order = cycle[i % len(cycle)]
+        orders.append(order)
+        if i == warmup:  # the probe before the first timed round
             probes.append(probe())
+            timed_start = time.perf_counter()
         for name in order:
             if prepare is not None:
                 prepare(name, i)
@@ -327,19 +366,17 @@ def run_interleaved(
             if i >= warmup:
                 times[name].append(elapsed)
                 wall[name].append(wall_elapsed)
+        if i >= warmup:  # after this round, before the next
+            probes.append(probe())
+        i += 1
         if on_round is not None:
-            on_round(i + 1, total)
+            on_round(i, max(total, i))
+        if i >= total:
+            if until is None or until(timings()):
+                break
+            if time.perf_counter() - timed_start >= (budget_s or 0.0):
+                break
         if burst_s is not None and time.perf_counter() - burst_start > burst_s:
             time.sleep(rest_s)
             burst_start = time.perf_counter()
-    probes.append(probe())
-    return Timings(
-        names=names,
-        times=times,
-        probes=probes,
-        kept=kept_rounds(probes, tolerance),
-        orders=orders[warmup:],
-        tolerance=tolerance,
-        wall={} if clock_name == "wall" else wall,
-        clock=clock_name,
-    )
+    return timings()

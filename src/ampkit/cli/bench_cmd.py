@@ -37,7 +37,24 @@ __all__ = ["bench"]
     help="cpu, cuda or cuda:N (NVIDIA, or AMD under ROCm), mps, xpu or xpu:N. "
     "[default: the first of cuda, xpu, mps available, else cpu]",
 )
-@click.option("--steps", type=int, default=20, show_default=True, help="Timed steps per variant.")
+@click.option(
+    "--steps",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Timed steps per variant before the verdict is first checked (the minimum; exactly "
+    "this many with --budget 0).",
+)
+@click.option(
+    "--budget",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="Seconds of timed rounds: after --steps, rounds are added until the 95% confidence "
+    "interval of the speed-up lies wholly above or below the 1.10x pay-off threshold, or "
+    "this budget runs out (the verdict then says how much longer would decide it). 0: "
+    "exactly --steps rounds.",
+)
 @click.option(
     "--warmup", type=int, default=3, show_default=True, help="Untimed warm-up steps per variant."
 )
@@ -97,8 +114,10 @@ def bench(**options: Any) -> None:
     interleaved (one step of every variant per round, order rotated) with a matmul probe
     between rounds; rounds where the machine changed speed are dropped, and speed-ups are
     medians of paired per-round ratios. On a CPU steps are timed by CPU time (--clock), so
-    other jobs on the machine do not change the verdict; a verdict whose per-round spread
-    straddles the pay-off threshold is called inconclusive.
+    other jobs on the machine do not change the verdict. Rounds are added until the 95%
+    confidence interval of the speed-up is wholly above or below the 1.10x it takes to pay
+    off, or --budget runs out; a verdict still undecided then is called inconclusive and
+    says how much longer would decide it.
 
     \b
     Examples:
@@ -137,6 +156,7 @@ def bench(**options: Any) -> None:
             on_round=lambda done, total: progress("rounds", done, total),
             clock=options["clock"],
             allow_large=options["allow_large"],
+            budget_s=options["budget"],
         )
     to_stdout = options["json_path"] == "-"
     click.echo(report.render(), err=to_stdout)

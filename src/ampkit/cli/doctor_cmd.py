@@ -101,7 +101,9 @@ def doctor(**options: Any) -> None:
     and gradients against fp16, bf16 and fp8 (overflow, underflow, error of its output in the
     candidate precision); prints the findings first, then a recommendation (precision, initial
     loss scale, modules to keep in fp32), then the per-module table and the precision map
-    (--findings-only stops after the recommendation). The model is left unchanged. A
+    (--findings-only stops after the recommendation). The recommendation is a precision this
+    device runs well (the hardware facts --precision auto decides by): fp16 on a CPU is
+    called slow and bf16 or fp32 advised instead. The model is left unchanged. A
     progress bar on stderr follows the measured steps and the per-module re-runs (only on a
     terminal; --no-progress turns it off).
 

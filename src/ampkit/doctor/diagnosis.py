@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ampkit._validate import is_int, is_number
+from ampkit.doctor.advice import runs_well, slow_here
 from ampkit.doctor.compute import island_share
 from ampkit.doctor.dtype_map import precision_map as run_precision_map
 from ampkit.doctor.findings import Tolerances, evaluate, recommend, with_island_cost
@@ -38,6 +39,7 @@ from ampkit.doctor.rows import MapRow, ModuleRow, NumericsFinding, PhaseRow
 from ampkit.errors import ConfigurationError, UnsupportedPrecisionError
 from ampkit.precision.float_formats import number_formats
 from ampkit.precision.hardware import HardwareInfo
+from ampkit.precision.hardware import probe as probe_hardware
 from ampkit.precision.modes import DoctorSection, PrecisionMode, precision_mode
 from ampkit.precision.policy import analysis_policy, parse_precision, resolve_precision
 from ampkit.precision.stats import RangeStats, effective_loss_scale, format_limits
@@ -324,6 +326,7 @@ def diagnose(
     except UnsupportedPrecisionError:
         bf16_runs = False
     auto = resolve_precision("auto", device, hardware=hardware)
+    facts = hardware if hardware is not None else probe_hardware(device)
     recommendation = recommend(
         candidate,
         found,
@@ -331,6 +334,8 @@ def diagnose(
         bf16_runs=bf16_runs,
         input_overflow=input_overflow,
         hardware=f"auto picks {auto.precision} here: {auto.reason}",
+        runs_well=runs_well(facts),
+        slow=lambda precision: slow_here(precision, facts),
     )
     if recommendation.keep_fp32 and recommendation.precision is not None:
         report("fp32 islands' share of the compute", 0, 1)

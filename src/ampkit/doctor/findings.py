@@ -21,7 +21,7 @@ names it), unless that module has the same finding already.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ampkit.doctor.compute import IslandShare
@@ -250,11 +250,17 @@ def recommend(
     bf16_runs: bool,
     input_overflow: Sequence[str] = (),
     hardware: str = "",
+    runs_well: Sequence[str] | None = None,
+    slow: Callable[[str], str] | None = None,
 ) -> Recommendation:
-    """What to train in, given the findings per format.
+    """What to train in, given the findings per format and what the device runs well.
 
     Nothing (``precision=None``) while the fp32 run itself makes inf/NaN: no precision fixes
-    that, and what comes after the inf/NaN could not be measured.
+    that, and what comes after the inf/NaN could not be measured. A precision the numerics
+    allow but the device does not run well (fp16 on a CPU, any low precision on a CPU without
+    native bf16) is not advised: bf16 takes its place where the device runs bf16 well and its
+    numerics were measured (with its own ``keep_fp32``), fp32 otherwise, and the reasons say
+    both what the numerics allow and why it is slow here.
 
     Args:
         candidate: the precision that was diagnosed (``fp16``, ``bf16`` or ``fp32``).
@@ -264,7 +270,49 @@ def recommend(
         input_overflow: leaf modules whose inputs overflow fp16: fp16 islands need them too,
             or autocast would cast their fp32 inputs back down to inf.
         hardware: ``resolve_precision("auto")``'s description for this machine.
+        runs_well: the precisions the device computes fast
+            (:func:`ampkit.doctor.advice.runs_well`); None: advise by the numerics alone.
+        slow: ``slow(precision)``, why a precision is not advised here (one clause).
     """
+    rec = _by_numerics(
+        candidate,
+        findings,
+        loss_scale=loss_scale,
+        bf16_runs=bf16_runs,
+        input_overflow=input_overflow,
+        hardware=hardware,
+    )
+    if runs_well is None or rec.precision is None or rec.precision in runs_well:
+        return rec
+    why_slow = slow(rec.precision) if slow is not None else f"{rec.precision} is slow here"
+    if rec.precision == "fp16" and "bf16" in runs_well and "bf16" in findings:
+        keep = _outermost([f.module for f in findings["bf16"] if f.precision != "fp32"])
+        why = f"but {why_slow}; this device runs bf16 well, so bf16" + (
+            f", with {', '.join(keep)} in fp32 where bf16 loses too much precision"
+            if keep
+            else ", which is clean here too"
+        )
+        return Recommendation("bf16", None, keep, (*rec.reasons, why), hardware)
+    why = f"but {why_slow}; train in fp32"
+    return Recommendation("fp32", None, (), (*rec.reasons, why), hardware)
+
+
+def _outermost(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` without duplicates and without those inside another one of them."""
+    unique = list(dict.fromkeys(names))
+    return tuple(n for n in unique if not any(_descendant(n, m) for m in unique))
+
+
+def _by_numerics(
+    candidate: str,
+    findings: Mapping[str, Sequence[NumericsFinding]],
+    *,
+    loss_scale: float | None,
+    bf16_runs: bool,
+    input_overflow: Sequence[str],
+    hardware: str,
+) -> Recommendation:
+    """The lowest precision the numbers allow, whatever the device runs fast."""
     broken = [f for fs in findings.values() for f in fs if f.precision == "fp32"]
     if broken:
         names = sorted(
@@ -286,8 +334,7 @@ def recommend(
         return [f for f in findings.get(fmt, ()) if f.precision != "fp32"]
 
     def modules(found: Sequence[NumericsFinding], extra: Sequence[str] = ()) -> tuple[str, ...]:
-        names = list(dict.fromkeys([*(f.module for f in found), *extra]))
-        return tuple(n for n in names if not any(_descendant(n, m) for m in names))
+        return _outermost([*(f.module for f in found), *extra])
 
     if candidate == "fp32":
         return Recommendation(
