@@ -768,6 +768,8 @@ class Trainer:
                     eval_metrics=dict(evaluation.metrics) if self._eval_metrics else None,
                 )
                 meter.restart_interval()
+                scores = {"eval_loss": evaluation.loss}
+                scores.update({f"eval_{k}": v for k, v in evaluation.metrics.items()})
             if precision_change:
                 metrics = replace(metrics, precision_change=precision_change)
             names = {id(p): n for n, p in self.model.named_parameters()}
