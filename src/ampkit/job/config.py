@@ -106,16 +106,27 @@ class TrainConfig:
     )
     weight_decay: float = setting(0.1, "AdamW decoupled weight decay.")
     seed: int = setting(0, "Seed for weights and batches.")
+    model: str = setting(
+        "gpt",
+        "The model to train, as ampkit bench takes it: gpt (the built-in byte-level GPT, sized "
+        "by --n-layer, --n-head, --n-embd), hf:<type>[:tiny] (a Hugging Face model with random "
+        "weights, e.g. hf:gpt2:tiny, hf:bert-base-uncased:tiny, hf:vit:tiny), or "
+        "package.module:factory.",
+        metavar="NAME",
+    )
     data: str | None = setting(
         None,
-        "A UTF-8 text file to train on. [default: Python's standard-library sources]",
-        path="file",
+        "What to train on: a UTF-8 text file (or, for an hf: causal or masked LM, a folder of "
+        "them), a Hugging Face datasets folder (save_to_disk), or package.module:factory "
+        "returning a Dataset. [default: gpt: Python's standard-library sources; other models: "
+        "their own synthetic batches]",
         show_default=False,
         on_resume="free",  # compared by content (data_sha256) when recorded
     )
     out: str | None = setting(
         None,
-        "Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/.",
+        "Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/. "
+        "[default: a fresh runs/<UTC time>-<model> on the command line; none in Python]",
         path="dir",
         show_default=False,
         on_resume="free",
@@ -331,7 +342,7 @@ class TrainConfig:
             ),
             *(
                 (name, isinstance(getattr(self, name), str), "a string")
-                for name in ("precision", "strategy")
+                for name in ("precision", "strategy", "model")
             ),
             *(
                 (

@@ -23,6 +23,7 @@ from ampkit._files import write_json
 from ampkit._process import launched_by_ampkit
 from ampkit.errors import ConfigurationError, MissingDependencyError, StorageError
 from ampkit.job.config import TrainConfig
+from ampkit.job.model_data import ModelData, resolve_model_data
 from ampkit.job.resume import override_lr, run_record
 from ampkit.job.run_folder import RunPlan, open_run_folder
 from ampkit.models.corpus import ByteCorpus, CorpusWindows, load_corpus
@@ -168,16 +169,22 @@ def _loggers(config: TrainConfig, out: Path | None) -> list[Callback]:
 
 def _resolve(
     config: TrainConfig, world_size: int, device: torch.device | str | None = None
-) -> tuple[ByteCorpus, PrecisionMode]:
+) -> tuple[ByteCorpus | ModelData, PrecisionMode]:
     """Check the settings, the device and precision, and the data for ``world_size``
-    processes; return the corpus and the run's precision mode, resolved once for ``device``
-    (default: ``config.device``)."""
+    processes; return the data (the corpus of the built-in GPT, or the ``--model`` and its
+    dataset) and the run's precision mode, resolved once for ``device`` (default:
+    ``config.device``)."""
     config.validate()
     policy = resolve_precision(config.precision, device or config.device)
     mode = precision_mode(policy, **config.mode_options())
-    corpus = load_corpus(config.data)
-    corpus.validate(config.batch_size, config.seq_len, world_size=world_size)
-    return corpus, mode
+    data: ByteCorpus | ModelData
+    if config.model == "gpt":
+        data = load_corpus(config.data)
+        data.validate(config.batch_size, config.seq_len, world_size=world_size)
+    else:
+        data = resolve_model_data(config)
+        data.validate(config.batch_size, world_size=world_size)
+    return data, mode
 
 
 def _process_device(config: TrainConfig) -> torch.device | str | None:
@@ -316,21 +323,30 @@ def _empty(annotation: Any) -> Any:
 def _train(
     config: TrainConfig,
     callbacks: Sequence[Callback | Callable[[StepMetrics], None]],
-    corpus: ByteCorpus,
+    corpus: ByteCorpus | ModelData,
     mode: PrecisionMode,
     plan: RunPlan,
     digest: Callable[[], str],
 ) -> TrainSummary:
     torch.manual_seed(config.seed)
-    model = GPT(
-        GPTConfig(
-            vocab_size=corpus.vocab_size,
-            block_size=config.seq_len,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            n_embd=config.n_embd,
+    model: torch.nn.Module
+    loss_fn = None
+    if isinstance(corpus, ModelData):
+        model, loss_fn = corpus.built.model, corpus.built.loss_fn
+        dataset: Any = corpus.dataset
+        tokens_per_sample = corpus.tokens_per_sample
+    else:
+        model = GPT(
+            GPTConfig(
+                vocab_size=corpus.vocab_size,
+                block_size=config.seq_len,
+                n_layer=config.n_layer,
+                n_head=config.n_head,
+                n_embd=config.n_embd,
+            )
         )
-    )
+        dataset = CorpusWindows(corpus, config.seq_len)
+        tokens_per_sample = config.seq_len
     out = Path(config.out) if config.out else None
     scaler = None
     if mode.policy.uses_scaler:
@@ -368,6 +384,7 @@ def _train(
         model,
         make_optimizer,
         scheduler=make_scheduler,
+        loss_fn=loss_fn,
         max_steps=config.steps,
         precision=mode,
         device=mode.policy.device,
@@ -392,14 +409,14 @@ def _train(
         logging=LoggingConfig(
             log_every=config.log_every,
             metrics_file=out / "metrics.jsonl" if out else None,
-            tokens_per_sample=config.seq_len,
+            tokens_per_sample=tokens_per_sample,
             progress_bar=False,  # the caller passes its own display as a callback
         ),
         final_weights=out / "model.safetensors" if out else None,
         scaler=scaler,
     )
     with trainer:  # releases the process group it joined
-        result = trainer.fit(CorpusWindows(corpus, config.seq_len))
+        result = trainer.fit(dataset)
     summary = TrainSummary(
         result=result,
         data=corpus.source,

@@ -1,0 +1,140 @@
+"""ampkit train --model: Hugging Face models of each task kind and a factory model, on their
+data, each resumed bitwise equal to the uninterrupted run."""
+
+from __future__ import annotations
+
+import random
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from ampkit import TrainConfig
+from ampkit.errors import ConfigurationError, DataError
+from ampkit.job.job import train
+from ampkit.job.model_data import resolve_model_data
+
+pytest.importorskip("transformers")
+from safetensors.torch import load_file  # noqa: E402
+
+FACTORY = textwrap.dedent(
+    """
+    import torch
+
+    def build(batch_size=8):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+        inputs = torch.randn(batch_size, 6)
+        return model, inputs, inputs[:, :3].argmax(dim=1)
+
+    class Rows(torch.utils.data.Dataset):
+        def __len__(self):
+            return 40
+
+        def __getitem__(self, index):
+            x = torch.randn(6, generator=torch.Generator().manual_seed(index))
+            return x, x[:3].argmax()
+
+    def rows():
+        return Rows()
+    """
+)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    words = random.Random(0).choices(["alpha", "beta", "gamma", "delta"], k=400)
+    path = tmp_path / "corpus.txt"
+    path.write_text(" ".join(words))
+    return path
+
+
+@pytest.fixture
+def factory_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "train_models_factory.py").write_text(FACTORY)
+    monkeypatch.chdir(tmp_path)
+    return "train_models_factory"
+
+
+def config(out: Path, steps: int, **options: object) -> TrainConfig:
+    options = {"batch_size": 4, "seq_len": 16, "precision": "fp32", "log_every": 1, **options}
+    return TrainConfig(out=str(out), steps=steps, checkpoint_every=2, **options)  # type: ignore[arg-type]
+
+
+def assert_resume_is_bitwise(tmp_path: Path, **options: object) -> None:
+    whole = train(config(tmp_path / "whole", 4, **options))
+    train(config(tmp_path / "split", 2, **options))
+    resumed = train(config(tmp_path / "split", 4, resume="auto", **options), given={"steps"})
+    assert resumed.resumed_from is not None and resumed.steps == whole.steps == 4
+    a = load_file(tmp_path / "whole" / "model.safetensors")
+    b = load_file(tmp_path / "split" / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert resumed.final_loss == whole.final_loss
+
+
+@pytest.mark.slow
+def test_causal_lm_on_a_text_file_resumes_bitwise(tmp_path, corpus):
+    assert_resume_is_bitwise(tmp_path, model="hf:gpt2:tiny", data=str(corpus))
+
+
+@pytest.mark.slow
+def test_masked_lm_on_a_text_file_resumes_bitwise(tmp_path, corpus):
+    assert_resume_is_bitwise(tmp_path, model="hf:bert-base-uncased:tiny", data=str(corpus))
+
+
+@pytest.mark.slow
+def test_image_classifier_on_its_own_batches_resumes_bitwise(tmp_path):
+    assert_resume_is_bitwise(tmp_path, model="hf:vit:tiny")
+
+
+@pytest.mark.slow
+def test_factory_model_on_a_factory_dataset_resumes_bitwise(tmp_path, factory_module):
+    assert_resume_is_bitwise(
+        tmp_path, model=f"{factory_module}:build", data=f"{factory_module}:rows"
+    )
+
+
+def test_text_windows_are_the_bytes_modulo_the_vocabulary_and_the_summary_says_so(corpus):
+    data = resolve_model_data(TrainConfig(model="hf:gpt2:tiny", data=str(corpus), seq_len=8))
+    raw = corpus.read_bytes()
+    vocab = data.built.config.vocab_size
+    row = data.dataset[3]
+    assert row["input_ids"].tolist() == [b % vocab for b in raw[3:11]]
+    assert torch.equal(row["labels"], row["input_ids"])
+    assert len(data.dataset) == len(raw) - 8 + 1
+    assert f"bytes modulo the {vocab}-token vocabulary" in data.source
+
+
+def test_masked_lm_windows_mask_about_15_percent_and_label_only_those(corpus):
+    data = resolve_model_data(
+        TrainConfig(model="hf:bert-base-uncased:tiny", data=str(corpus), seq_len=64)
+    )
+    raw = corpus.read_bytes()
+    vocab = data.built.config.vocab_size
+    row = data.dataset[0]
+    chosen = row["labels"] != -100
+    assert row["labels"][chosen].tolist() == [raw[i] % vocab for i in chosen.nonzero().flatten()]
+    assert 1 <= int(chosen.sum()) < 64 // 2
+    assert torch.equal(data.dataset[0]["input_ids"], row["input_ids"])  # a function of the index
+
+
+def test_text_data_for_an_image_classifier_is_refused_in_one_line(corpus):
+    with pytest.raises(ConfigurationError, match="--data: .* image classification"):
+        resolve_model_data(TrainConfig(model="hf:vit:tiny", data=str(corpus)))
+
+
+def test_a_factory_that_returns_no_dataset_is_refused(factory_module):
+    with pytest.raises(ConfigurationError, match="returned tuple. Return a map-style"):
+        resolve_model_data(
+            TrainConfig(model=f"{factory_module}:build", data=f"{factory_module}:build")
+        )
+
+
+def test_too_few_samples_for_one_batch_is_refused(tmp_path):
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("abc")
+    data = resolve_model_data(TrainConfig(model="hf:gpt2:tiny", data=str(tiny), seq_len=2))
+    with pytest.raises(DataError, match="--batch-size: a batch of 4 samples"):
+        data.validate(4)
