@@ -138,3 +138,30 @@ def test_too_few_samples_for_one_batch_is_refused(tmp_path):
     data = resolve_model_data(TrainConfig(model="hf:gpt2:tiny", data=str(tiny), seq_len=2))
     with pytest.raises(DataError, match="--batch-size: a batch of 4 samples"):
         data.validate(4)
+
+
+def test_hf_model_run_writes_a_folder_transformers_loads_with_the_trained_logits(tmp_path, corpus):
+    transformers = pytest.importorskip("transformers")
+    from ampkit.trainer.callbacks import Callback
+
+    class Keep(Callback):
+        def on_fit_end(self, trainer, result):
+            self.model = trainer.raw_model
+
+    kept = Keep()
+    options = {"batch_size": 4, "seq_len": 16, "precision": "fp32"}
+    summary = train(
+        TrainConfig(model="hf:gpt2:tiny", data=str(corpus), out=str(tmp_path), steps=2, **options),
+        callbacks=[kept],
+    )
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    ids = torch.arange(16)[None] % loaded.config.vocab_size
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, kept.model.eval()(ids).logits)
+    assert any("Hugging Face folder" in note for note in summary.notes)
+
+
+def test_save_format_hf_for_a_model_without_save_pretrained_is_refused_before_training(tmp_path):
+    with pytest.raises(ConfigurationError, match="--save-format: hf .* GPT, which has no"):
+        train(TrainConfig(save_format="hf", out=str(tmp_path), steps=1))
+    assert not (tmp_path / "metrics.jsonl").exists()

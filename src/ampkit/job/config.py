@@ -131,6 +131,15 @@ class TrainConfig:
         show_default=False,
         on_resume="free",
     )
+    save_format: str | None = setting(
+        None,
+        "How the trained model is written to OUT besides model.safetensors: hf also writes "
+        "OUT/hf, a save_pretrained folder (config and fp32 weights) that transformers' "
+        "from_pretrained loads. [default: hf for hf: models, else none]",
+        choices=("hf", "none"),
+        show_default=False,
+        on_resume="free",
+    )
     log_every: int = setting(10, "Steps between metric rows.", on_resume="carried")
     n_layer: int = setting(2, "Transformer blocks of the GPT.")
     n_head: int = setting(4, "Attention heads.")
@@ -358,6 +367,7 @@ class TrainConfig:
                     "compile_mode",
                     "update_compensation",
                     "state_precision",
+                    "save_format",
                 )
             ),
             (

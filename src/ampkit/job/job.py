@@ -184,6 +184,7 @@ def _resolve(
     else:
         data = resolve_model_data(config)
         data.validate(config.batch_size, world_size=world_size)
+    _saves_hf(config, data.built.model if isinstance(data, ModelData) else GPT)
     return data, mode
 
 
@@ -308,6 +309,49 @@ def _earlier_summary(config: TrainConfig, line: str) -> TrainSummary:
         return TrainSummary(result=empty, data="", parameters=0, out=config.out, nothing_to_do=line)
 
 
+def _saves_hf(config: TrainConfig, model: Any) -> bool:
+    """Whether the run writes OUT/hf (``--save-format``; default: for ``hf:`` models).
+
+    Raises:
+        ConfigurationError: ``--save-format hf`` for a model without ``save_pretrained``.
+    """
+    wanted = config.save_format or ("hf" if config.model.startswith("hf:") else "none")
+    if wanted == "hf" and not hasattr(model, "save_pretrained"):
+        raise ConfigurationError(
+            f"--save-format: hf writes a save_pretrained folder, and {config.model} builds "
+            f"{getattr(model, '__name__', type(model).__name__)}, which has no save_pretrained. Train a transformers model "
+            "(hf:NAME, or a factory returning one), or drop --save-format hf.",
+            argument="save_format",
+        )
+    return wanted == "hf"
+
+
+def _save_hf(model: torch.nn.Module, out: Path) -> str:
+    """Write ``out/hf`` with ``save_pretrained``: the config and the fp32 weights of
+    ``out/model.safetensors`` (the Trainer's full, unsharded copy); return the summary's note.
+
+    Raises:
+        StorageError: the folder cannot be written.
+    """
+    from safetensors.torch import load_file
+
+    weights = load_file(out / "model.safetensors")
+    target = out / "hf"
+    config = getattr(model, "config", None)
+    try:
+        if config is not None:
+            config.torch_dtype = torch.float32  # the weights written are fp32
+        cast(Any, model).save_pretrained(target, state_dict=weights, safe_serialization=True)
+    except OSError as exc:
+        raise StorageError.from_os_error(
+            exc, str(target), "Training finished and model.safetensors was written."
+        ) from None
+    return (
+        f"Hugging Face folder {target} (config, fp32 weights; no tokenizer: the model was built "
+        "without one)"
+    )
+
+
 def _required(item: Any) -> bool:
     return item.default is MISSING and item.default_factory is MISSING
 
@@ -425,6 +469,8 @@ def _train(
         notes=[*plan.notes, *result.notes],
         config=config.to_dict(),
     )
+    if out and trainer.is_main and _saves_hf(config, model):
+        summary.notes.append(_save_hf(model, out))
     if out and trainer.is_main:
         try:
             write_json(out / "summary.json", summary.to_dict())
