@@ -165,3 +165,55 @@ def test_save_format_hf_for_a_model_without_save_pretrained_is_refused_before_tr
     with pytest.raises(ConfigurationError, match="--save-format: hf .* GPT, which has no"):
         train(TrainConfig(save_format="hf", out=str(tmp_path), steps=1))
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_eval_data_keep_best_keeps_the_checkpoint_of_the_lowest_eval_loss(tmp_path, corpus):
+    summary = train(
+        TrainConfig(
+            model="hf:gpt2:tiny",
+            data=str(corpus),
+            eval_data=str(corpus),
+            eval_every=1,
+            keep_best=True,
+            keep_last=1,
+            out=str(tmp_path),
+            steps=4,
+            batch_size=4,
+            seq_len=16,
+            precision="fp32",
+            lr=0.05,
+        )  # fmt: skip
+    )
+    losses = {e.step: e.loss for e in summary.eval_history}
+    assert sorted(losses) == [1, 2, 3, 4]
+    best = min(losses, key=losses.__getitem__)
+    (note,) = [n for n in summary.notes if n.startswith("best eval_loss")]
+    assert f"step-{best:08d}" in note
+    kept = sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith("step"))
+    assert kept == sorted({f"step-{best:08d}", "step-00000004"})
+
+
+def test_patience_stops_once_the_eval_loss_stopped_falling(tmp_path, corpus):
+    summary = train(
+        TrainConfig(
+            model="hf:gpt2:tiny",
+            data=str(corpus),
+            eval_data=str(corpus),
+            eval_every=1,
+            patience=1,
+            steps=8,
+            batch_size=4,
+            seq_len=16,
+            precision="fp32",
+            lr=1.0,
+            warmup_steps=0,
+        )  # fmt: skip
+    )
+    losses = [e.loss for e in summary.eval_history]
+    first_stall = next(i for i in range(1, len(losses)) if losses[i] >= min(losses[:i]))
+    assert summary.steps == first_stall + 1 < 8
+
+
+def test_evaluation_flags_without_eval_data_are_refused_in_one_line():
+    with pytest.raises(ConfigurationError, match="--keep-best, --patience need --eval-data"):
+        TrainConfig(keep_best=True, patience=2, out="r").validate()

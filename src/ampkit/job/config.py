@@ -123,6 +123,39 @@ class TrainConfig:
         show_default=False,
         on_resume="free",  # compared by content (data_sha256) when recorded
     )
+    eval_data: str | None = setting(
+        None,
+        "Evaluate on this during training, given as --data is (for text: its non-overlapping "
+        "--seq-len windows); the mean loss is eval_loss in metrics.jsonl.",
+        show_default=False,
+        on_resume="free",
+    )
+    eval_every: int | None = setting(
+        None,
+        "Steps between evaluations of --eval-data (and the last step). "
+        "[default: --checkpoint-every, else --log-every]",
+        show_default=False,
+        on_resume="free",
+    )
+    metric: str = setting(
+        "loss",
+        "What --keep-best ranks the evaluations by: eval loss (lowest best) or top-1 accuracy "
+        "(highest best; for classifiers and masked LMs, not causal LMs).",
+        choices=("loss", "accuracy"),
+        on_resume="free",
+    )
+    keep_best: bool = setting(
+        False,
+        "Keep the checkpoint of the best evaluation by --metric besides the newest ones "
+        "(OUT/checkpoints; needs --eval-data).",
+        on_resume="free",
+    )
+    patience: int | None = setting(
+        None,
+        "Stop early after this many evaluations in a row without a new lowest eval loss.",
+        show_default=False,
+        on_resume="free",
+    )
     out: str | None = setting(
         None,
         "Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/. "
@@ -272,6 +305,20 @@ class TrainConfig:
         ]
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
+        evaluation = [
+            flag
+            for flag, set_ in [
+                ("--eval-every", self.eval_every is not None),
+                ("--keep-best", self.keep_best is True),
+                ("--patience", self.patience is not None),
+                ("--metric", self.metric != "loss"),
+            ]
+            if set_
+        ]
+        if evaluation and not self.eval_data:
+            problems.append(f"{', '.join(evaluation)} need --eval-data (what to evaluate on)")
+        if self.keep_best is True and not self.out:
+            problems.append("--keep-best needs --out DIR (it keeps a checkpoint)")
         if self.overwrite and self.resume:
             problems.append(
                 "--overwrite (replace the earlier run) and --resume (continue it) exclude each "
@@ -305,6 +352,7 @@ class TrainConfig:
         heads = self.n_head if ints["n_head"] else 1
         checks += [
             ("lr", is_number(self.lr) and self.lr > 0, "a positive number"),
+            ("metric", self.metric in ("loss", "accuracy"), "loss or accuracy"),
             (
                 "dist_timeout",
                 is_number(self.dist_timeout) and self.dist_timeout > 0,
@@ -338,11 +386,11 @@ class TrainConfig:
                     getattr(self, name) is None or is_int(getattr(self, name), 1),
                     "an integer >= 1",
                 )
-                for name in ("checkpoint_every", "keep_last")
+                for name in ("checkpoint_every", "keep_last", "eval_every", "patience")
             ),
             *(
                 (name, isinstance(getattr(self, name), bool), "True or False")
-                for name in ("detect_nonfinite", "overwrite", "allow_precision_change")
+                for name in ("detect_nonfinite", "overwrite", "allow_precision_change", "keep_best")
             ),
             (
                 "compile",
@@ -368,6 +416,7 @@ class TrainConfig:
                     "update_compensation",
                     "state_precision",
                     "save_format",
+                    "eval_data",
                 )
             ),
             (

@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,7 +23,7 @@ from ampkit._files import write_json
 from ampkit._process import launched_by_ampkit
 from ampkit.errors import ConfigurationError, MissingDependencyError, StorageError
 from ampkit.job.config import TrainConfig
-from ampkit.job.model_data import ModelData, resolve_model_data
+from ampkit.job.model_data import ModelData, eval_batches, resolve_model_data
 from ampkit.job.resume import override_lr, run_record
 from ampkit.job.run_folder import RunPlan, open_run_folder
 from ampkit.models.corpus import ByteCorpus, CorpusWindows, load_corpus
@@ -36,8 +36,15 @@ from ampkit.precision.modes import (
 from ampkit.precision.policy import resolve_precision
 from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, TrainerView
-from ampkit.trainer.config import CheckpointConfig, CompileConfig, DistributedConfig, LoggingConfig
+from ampkit.trainer.config import (
+    CheckpointConfig,
+    CompileConfig,
+    DistributedConfig,
+    EvalConfig,
+    LoggingConfig,
+)
 from ampkit.trainer.distributed import Strategy, launched_world_size
+from ampkit.trainer.evaluation import accuracy
 from ampkit.trainer.metrics import StepMetrics
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.trainer import Trainer
@@ -309,6 +316,33 @@ def _earlier_summary(config: TrainConfig, line: str) -> TrainSummary:
         return TrainSummary(result=empty, data="", parameters=0, out=config.out, nothing_to_do=line)
 
 
+def _evaluation(config: TrainConfig, data: ByteCorpus | ModelData) -> EvalConfig | None:
+    """The Trainer's evaluation of ``--eval-data`` (None without it).
+
+    Raises:
+        ConfigurationError, DataError, MissingDependencyError: as for ``--data``, named
+            ``--eval-data``.
+    """
+    if config.eval_data is None:
+        return None
+    if isinstance(data, ModelData):
+        held = resolve_model_data(replace(config, data=config.eval_data), data.built)
+        dataset: Any = held.dataset
+        stride = config.seq_len if held.tokens_per_sample == config.seq_len else 1
+    else:
+        dataset, stride = (
+            CorpusWindows(load_corpus(config.eval_data), config.seq_len),
+            config.seq_len,
+        )
+    every = config.eval_every or config.checkpoint_every or config.log_every
+    return EvalConfig(
+        every=every,
+        data=eval_batches(dataset, config.batch_size, stride),
+        metrics={"accuracy": accuracy} if config.metric == "accuracy" else {},
+        patience=config.patience,
+    )
+
+
 def _saves_hf(config: TrainConfig, model: Any) -> bool:
     """Whether the run writes OUT/hf (``--save-format``; default: for ``hf:`` models).
 
@@ -372,6 +406,7 @@ def _train(
     plan: RunPlan,
     digest: Callable[[], str],
 ) -> TrainSummary:
+    evaluation = _evaluation(config, corpus)  # before the seed: a factory may reseed
     torch.manual_seed(config.seed)
     model: torch.nn.Module
     loss_fn = None
@@ -408,7 +443,8 @@ def _train(
         parts["scheduler"] = torch.optim.lr_scheduler.LambdaLR(opt, _warmup(config.warmup_steps))
         return parts["scheduler"]
 
-    checkpoints = out / "checkpoints" if out and (config.checkpoint_every or plan.resume) else None
+    keeps = config.checkpoint_every or plan.resume or config.keep_best
+    checkpoints = out / "checkpoints" if out and keeps else None
     if config.keep_last and checkpoints is None:
         raise ConfigurationError(
             "--keep-last: applies to the checkpoints, and this run writes none. Add "
@@ -418,8 +454,10 @@ def _train(
     if checkpoints is not None:
         checkpoint = CheckpointConfig(
             checkpoints,
-            every=config.checkpoint_every,
+            every=config.checkpoint_every or (evaluation.every if evaluation else None),
             keep_last=config.keep_last,
+            keep_best=f"eval_{config.metric}" if config.keep_best else None,
+            best_mode="max" if config.metric == "accuracy" else "min",
             resume=plan.resume,
             allow_precision_change=config.allow_precision_change,
             run_config=run_record(config, digest()),
@@ -437,6 +475,7 @@ def _train(
         batch_size=config.batch_size,
         seed=config.seed,
         checkpoint=checkpoint,
+        eval=evaluation,
         compile=CompileConfig(enabled=config.compile, mode=config.compile_mode),
         distributed=DistributedConfig(
             strategy=cast(Strategy, config.strategy),  # TrainConfig.validate checked it

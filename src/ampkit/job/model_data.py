@@ -35,7 +35,7 @@ from ampkit.models.built import BuiltModel
 from ampkit.models.corpus import load_corpus
 from ampkit.models.resolve import build_model, call_factory, is_factory_spec
 
-__all__ = ["SYNTHETIC_BATCHES", "ModelData", "resolve_model_data"]
+__all__ = ["SYNTHETIC_BATCHES", "ModelData", "eval_batches", "resolve_model_data"]
 
 #: Batches of a model's own synthetic data a run without ``--data`` cycles through.
 SYNTHETIC_BATCHES = 16
@@ -197,9 +197,23 @@ def _saved_dataset(path: Path, built: BuiltModel) -> tuple[Any, Callable[[], str
     return loaded, _digest(*(p.read_bytes() for p in files))
 
 
-def resolve_model_data(config: TrainConfig) -> ModelData:
+def eval_batches(dataset: torch.utils.data.Dataset[Any], batch_size: int, stride: int) -> Any:
+    """The batches of ``--eval-data``: every ``stride``-th sample (``--seq-len`` for text
+    windows: the non-overlapping ones), in order, ``batch_size`` at a time.
+
+    Raises:
+        DataError: the data holds no sample.
+    """
+    count = len(dataset)  # type: ignore[arg-type]
+    if count == 0:
+        raise DataError("--eval-data: it holds no sample. Pass more data, or a shorter --seq-len.")
+    picked = torch.utils.data.Subset(dataset, range(0, count, stride))
+    return torch.utils.data.DataLoader(picked, batch_size=batch_size, shuffle=False)
+
+
+def resolve_model_data(config: TrainConfig, built: BuiltModel | None = None) -> ModelData:
     """Build ``config.model`` (seeded by ``config.seed``) and its dataset from ``config.data``
-    (see the module docstring).
+    (see the module docstring); ``built``: the model already built for it (the eval data's).
 
     Raises:
         ConfigurationError: the model cannot be built, or its kind cannot train on the data
@@ -208,7 +222,8 @@ def resolve_model_data(config: TrainConfig) -> ModelData:
         MissingDependencyError: ``hf:`` without transformers, a ``datasets`` folder without
             ``datasets``.
     """
-    built = build_model(config.model, batch_size=config.batch_size, seed=config.seed)
+    if built is None:
+        built = build_model(config.model, batch_size=config.batch_size, seed=config.seed)
     task = _task(built)
     if config.data is None:
         return ModelData(

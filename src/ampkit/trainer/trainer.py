@@ -736,6 +736,11 @@ class Trainer:
             )
             if evaluate:
                 evaluation = self._evaluate_during_fit()
+                # what keep_best ranks and patience counts: eval_loss and eval_<metric>
+                scores = {
+                    "eval_loss": evaluation.loss,
+                    **{f"eval_{k}": v for k, v in evaluation.metrics.items()},
+                }
                 metrics = replace(
                     metrics,
                     eval_loss=evaluation.loss,
