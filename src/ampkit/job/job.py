@@ -494,6 +494,7 @@ def _train(
             metrics_file=out / "metrics.jsonl" if out else None,
             tokens_per_sample=tokens_per_sample,
             progress_bar=False,  # the caller passes its own display as a callback
+            console=False,  # and prints its own summary
         ),
         final_weights=out / "model.safetensors" if out else None,
         scaler=scaler,

@@ -54,7 +54,7 @@ from ampkit.precision.modes import PrecisionMode, TrainingSetup
 from ampkit.precision.policy import Policy, resolve_device
 from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.args import MOVED, OptimizerLike, SchedulerLike, TrainerArgs
-from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
+from ampkit.trainer.callbacks import Callback, ConsoleLog, MetricsFile, ProgressBar
 from ampkit.trainer.checkpointing.checkpointer import Checkpointer
 from ampkit.trainer.checkpointing.contents import TrainingParts, full_weights
 from ampkit.trainer.config import (
@@ -145,9 +145,11 @@ def _callbacks(logging: LoggingConfig, given: Sequence[Callback]) -> list[Callba
     bar = logging.progress_bar
     if bar is None:
         bar = sys.stderr.isatty() and not any(isinstance(c, ProgressBar) for c in given)
+    has_bar = bar or any(isinstance(c, ProgressBar) for c in given)
     return [
         *([MetricsFile(logging.metrics_file)] if logging.metrics_file else []),
         *([ProgressBar()] if bar else []),
+        *([ConsoleLog(lines=not has_bar)] if logging.console else []),
         *given,
     ]
 
