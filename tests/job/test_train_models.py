@@ -217,3 +217,27 @@ def test_patience_stops_once_the_eval_loss_stopped_falling(tmp_path, corpus):
 def test_evaluation_flags_without_eval_data_are_refused_in_one_line():
     with pytest.raises(ConfigurationError, match="--keep-best, --patience need --eval-data"):
         TrainConfig(keep_best=True, patience=2, out="r").validate()
+
+
+def test_eval_accuracy_of_a_factory_classifier_keeps_the_most_accurate_checkpoint(
+    tmp_path, factory_module
+):
+    summary = train(
+        TrainConfig(
+            model=f"{factory_module}:build",
+            data=f"{factory_module}:rows",
+            eval_data=f"{factory_module}:rows",
+            metric="accuracy",
+            keep_best=True,
+            eval_every=1,
+            keep_last=1,
+            out=str(tmp_path),
+            steps=3,
+            batch_size=4,
+            precision="fp32",
+        )  # fmt: skip
+    )
+    accuracy = {e.step: e.metrics["accuracy"] for e in summary.eval_history}
+    best = max(accuracy, key=accuracy.__getitem__)  # the first of equals is kept
+    (note,) = [n for n in summary.notes if n.startswith("best eval_accuracy")]
+    assert f"step-{best:08d}" in note and "(max)" in note

@@ -373,8 +373,8 @@ def _save_hf(model: torch.nn.Module, out: Path) -> str:
     target = out / "hf"
     config = getattr(model, "config", None)
     try:
-        if config is not None:
-            config.torch_dtype = torch.float32  # the weights written are fp32
+        if config is not None:  # the weights written are fp32 (torch_dtype before 4.56)
+            setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", torch.float32)
         cast(Any, model).save_pretrained(target, state_dict=weights, safe_serialization=True)
     except OSError as exc:
         raise StorageError.from_os_error(
