@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -241,3 +242,41 @@ def test_eval_accuracy_of_a_factory_classifier_keeps_the_most_accurate_checkpoin
     best = max(accuracy, key=accuracy.__getitem__)  # the first of equals is kept
     (note,) = [n for n in summary.notes if n.startswith("best eval_accuracy")]
     assert f"step-{best:08d}" in note and "(max)" in note
+
+
+@pytest.fixture
+def local_gpt2(tmp_path: Path) -> Path:
+    """A save_pretrained folder of a tiny GPT-2 with a word-level tokenizer of its own."""
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    words = ["[UNK]", "alpha", "beta", "gamma", "delta"]
+    tok = tokenizers.Tokenizer(
+        tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]")
+    )
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    folder = tmp_path / "local"
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(
+        folder
+    )
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=8, n_positions=64)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    return folder
+
+
+def test_a_local_folder_trains_on_its_tokenizer_s_ids_and_saves_it_back(
+    tmp_path, corpus, local_gpt2
+):
+    transformers = pytest.importorskip("transformers")
+    cfg = TrainConfig(model=f"hf:{local_gpt2}", data=str(corpus), seq_len=8)
+    data = resolve_model_data(cfg)
+    first = corpus.read_text().split()[:8]
+    assert data.dataset[0]["input_ids"].tolist() == [
+        ["[UNK]", "alpha", "beta", "gamma", "delta"].index(w) for w in first
+    ]
+    assert "tokenised with the model's" in data.source and "400 tokens" in data.source
+    out = tmp_path / "r"
+    summary = train(replace(cfg, out=str(out), steps=2, batch_size=4, precision="fp32"))
+    assert any("its tokenizer" in note for note in summary.notes)
+    again = transformers.AutoTokenizer.from_pretrained(out / "hf")
+    assert again("alpha beta")["input_ids"] == [1, 2]

@@ -360,9 +360,10 @@ def _saves_hf(config: TrainConfig, model: Any) -> bool:
     return wanted == "hf"
 
 
-def _save_hf(model: torch.nn.Module, out: Path) -> str:
-    """Write ``out/hf`` with ``save_pretrained``: the config and the fp32 weights of
-    ``out/model.safetensors`` (the Trainer's full, unsharded copy); return the summary's note.
+def _save_hf(model: torch.nn.Module, out: Path, tokenizer: Any = None) -> str:
+    """Write ``out/hf`` with ``save_pretrained``: the config, the fp32 weights of
+    ``out/model.safetensors`` (the Trainer's full, unsharded copy) and the tokenizer when the
+    model has one; return the summary's note.
 
     Raises:
         StorageError: the folder cannot be written.
@@ -376,14 +377,14 @@ def _save_hf(model: torch.nn.Module, out: Path) -> str:
         if config is not None:  # the weights written are fp32 (torch_dtype before 4.56)
             setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", torch.float32)
         cast(Any, model).save_pretrained(target, state_dict=weights, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(target)
     except OSError as exc:
         raise StorageError.from_os_error(
             exc, str(target), "Training finished and model.safetensors was written."
         ) from None
-    return (
-        f"Hugging Face folder {target} (config, fp32 weights; no tokenizer: the model was built "
-        "without one)"
-    )
+    held = "its tokenizer" if tokenizer is not None else "no tokenizer: the model has none"
+    return f"Hugging Face folder {target} (config, fp32 weights; {held})"
 
 
 def _required(item: Any) -> bool:
@@ -510,7 +511,8 @@ def _train(
         config=config.to_dict(),
     )
     if out and trainer.is_main and _saves_hf(config, model):
-        summary.notes.append(_save_hf(model, out))
+        tokenizer = corpus.built.tokenizer if isinstance(corpus, ModelData) else None
+        summary.notes.append(_save_hf(model, out, tokenizer))
     if out and trainer.is_main:
         try:
             write_json(out / "summary.json", summary.to_dict())

@@ -6,8 +6,9 @@ one resolver builds (:func:`ampkit.models.resolve.build_model`) and a map-style 
 * nothing: the model's own deterministic batches (those ``ampkit bench`` trains on), split
   into samples (:data:`SYNTHETIC_BATCHES` batches of them);
 * a UTF-8 text file, or a folder of them (read in sorted path order), for a causal or masked
-  LM: every ``--seq-len`` window is a sample. The model gets the text's bytes modulo its
-  vocabulary (the ``hf:`` models ampkit builds carry no tokenizer); the summary says so;
+  LM: every ``--seq-len`` window is a sample. The text is tokenised with the model's tokenizer
+  when it has one (an ``hf:<local folder>`` holding one), else the model gets the text's bytes
+  modulo its vocabulary; the summary says which;
 * a Hugging Face ``datasets`` folder written by ``save_to_disk`` (needs ``datasets``): its
   rows, as torch tensors, with the columns the model's ``forward`` takes;
 * ``package.module:factory``: a function returning a ``torch.utils.data.Dataset`` whose items
@@ -267,14 +268,22 @@ def resolve_model_data(config: TrainConfig, built: BuiltModel | None = None) -> 
             f"positions). Use --seq-len {limit} or less.",
             argument="seq_len",
         )
-    tokens = (raw.long() % vocab).to(torch.int32)
     masked = task == "masked LM"
     mask_id = getattr(built.config, "mask_token_id", None)
+    tokenizer = built.tokenizer
+    if tokenizer is not None:
+        ids = tokenizer(bytes(raw.numpy()).decode("utf-8"))["input_ids"]
+        tokens = torch.tensor(ids, dtype=torch.int32)
+        how = f"tokenised with the model's {type(tokenizer).__name__}, {len(ids):,} tokens"
+        mask_id = getattr(tokenizer, "mask_token_id", None) if mask_id is None else mask_id
+    else:
+        tokens = (raw.long() % vocab).to(torch.int32)
+        how = f"no tokenizer: bytes modulo the {vocab}-token vocabulary"
     mask_id = mask_id if isinstance(mask_id, int) else vocab - 1
     return ModelData(
         built=built,
         dataset=_TextWindows(tokens, config.seq_len, masked, mask_id, config.seed),
-        source=f"{where} (no tokenizer: bytes modulo the {vocab}-token vocabulary)",
+        source=f"{where} ({how})",
         sha256=_digest(raw.numpy().tobytes()),
         tokens_per_sample=config.seq_len,
     )
