@@ -2,6 +2,7 @@
 :mod:`ampkit.trainer.callbacks`."""
 
 from ampkit.trainer.callbacks import Callback as Callback
+from ampkit.trainer.callbacks import ConsoleLog as ConsoleLog
 from ampkit.trainer.callbacks import MetricsFile as MetricsFile
 from ampkit.trainer.callbacks import NonFiniteMonitor as NonFiniteMonitor
 from ampkit.trainer.callbacks import ProgressBar as ProgressBar
@@ -10,6 +11,7 @@ from ampkit.trainer.callbacks import TrainerView as TrainerView
 
 __all__ = [
     "Callback",
+    "ConsoleLog",
     "MetricsFile",
     "NonFiniteMonitor",
     "ProgressBar",

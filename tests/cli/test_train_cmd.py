@@ -31,6 +31,43 @@ def invoke(*args: str):
     return CliRunner().invoke(main, ["train", *args], catch_exceptions=False)
 
 
+@pytest.fixture(autouse=True)
+def in_tmp_path(tmp_path, monkeypatch):
+    """A run without --out writes a fresh runs/ folder in the current folder: here, tmp_path."""
+    monkeypatch.chdir(tmp_path)
+
+
+def test_a_run_without_out_is_kept_in_a_fresh_run_folder_and_the_summary_says_where(tmp_path):
+    result = invoke(*SMALL, "--steps", "2", "--n-layer", "1", "--n-embd", "32")
+    assert result.exit_code == 0, result.output
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert folder.name.endswith("-gpt")
+    assert (folder / "model.safetensors").is_file() and (folder / "summary.json").is_file()
+    assert f"runs/{folder.name}/metrics.jsonl" in result.output
+
+
+def test_fresh_run_folder_never_names_an_existing_folder(tmp_path):
+    from ampkit.cli.train_cmd import fresh_run_folder
+
+    first = fresh_run_folder("hf:gpt2:tiny", root=str(tmp_path))
+    assert first.endswith("-hf-gpt2-tiny")
+    (tmp_path / first).mkdir()
+    second = fresh_run_folder("hf:gpt2:tiny", root=str(tmp_path))
+    assert second == first + "-2"
+
+
+def test_model_flag_trains_a_hugging_face_model_on_a_text_file(tmp_path):
+    pytest.importorskip("transformers")
+    data = tmp_path / "corpus.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog. " * 20)
+    result = invoke(*SMALL, "--steps", "2", "--seq-len", "16", "--model", "hf:gpt2:tiny",
+                    "--data", str(data), "--out", str(tmp_path / "r"))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "bytes modulo the 512-token vocabulary" in result.output
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["config"]["model"] == "hf:gpt2:tiny" and summary["steps"] == 2
+
+
 def test_train_writes_metrics_weights_and_summary(tmp_path):
     out = tmp_path / "run"
     result = invoke(*SMALL, "--precision", "fp32", "--out", str(out))

@@ -143,6 +143,8 @@ def test_print_config_reads_back_through_config_for_every_option(tmp_path):
         "keep_last": ["--out", str(tmp_path / "o")],
         "update_compensation": ["--precision", "bf16-true"],
         "state_precision": ["--precision", "bf16-true"],
+        **{name: ["--eval-data", "x"] for name in ("eval_every", "metric", "patience")},
+        "keep_best": ["--eval-data", "x", "--out", str(tmp_path / "o")],
     }
     rows = [row for row in settings() if row.option is not None]
     assert len(rows) >= 25

@@ -103,9 +103,10 @@ def _click_type(row: Setting) -> Any:
     help="Print the effective settings as TOML (what --config reads) and exit without training.",
 )
 def train(**options: Any) -> None:
-    """Train a small GPT-style byte-level model with mixed precision.
+    """Train a model with mixed precision: the built-in byte-level GPT, or your --model.
 
-    With no arguments it trains on the Python standard library's sources in the precision the
+    Without --out the run is kept in a fresh folder, runs/<UTC time>-<model>. With no arguments
+    it trains on the Python standard library's sources in the precision the
     hardware supports best, and finishes in about a minute on a 2-core CPU. SIGTERM, SIGUSR1,
     SIGINT and SIGHUP finish the current step, write a checkpoint (with --checkpoint-every)
     and exit 128 + signal; continue with --resume auto.
@@ -115,6 +116,9 @@ def train(**options: Any) -> None:
       ampkit train
       ampkit train --precision bf16 --steps 100 --out runs/bf16
       ampkit train --data notes.txt --grad-accum 4 --max-grad-norm 0.5
+      ampkit train --model hf:gpt2:tiny --data notes.txt --out runs/gpt2 --steps 200
+      ampkit train --model hf:vit:tiny --steps 50   # its own synthetic batches
+      ampkit train --model mypkg.models:build --data mypkg.data:train_set
       ampkit train --out runs/a --checkpoint-every 50 --keep-last 2
       ampkit train --out runs/a --resume auto   # after a crash: same steps, checkpoints
       ampkit train --out runs/a --resume auto --precision bf16 --allow-precision-change
@@ -137,10 +141,14 @@ def train(**options: Any) -> None:
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     options = {name: tuple(v) if isinstance(v, list) else v for name, v in options.items()}
     config = TrainConfig(**options)
-    config.validate()  # before --print-config too: it writes only what --config accepts
     if print_config:
+        config.validate()  # it writes only what --config accepts
         click.echo(config_as_toml(config, nproc), nl=False)
         return
+    if config.out is None and not config.resume and "LOCAL_RANK" not in os.environ:
+        # a run is kept, in a fresh folder (workers get the launcher's from their command line)
+        config = dataclasses.replace(config, out=fresh_run_folder(config.model))
+    config.validate()
     given = _given_on_command_line()
     if "LOCAL_RANK" not in os.environ:
         spec = _launch_spec(nproc, config, launch_options, slurm="nnodes" not in given)
@@ -450,7 +458,8 @@ def _launch_torchrun(config: TrainConfig, spec: Any, given: frozenset[str]) -> i
             click.echo(plan.finished)
             return 0
         config = plan.config or config
-        result = launch(spec, _without_nproc(sys.argv[1:]))
+        named = [] if "out" in given else ["--out", str(config.out)]  # the launcher's fresh one
+        result = launch(spec, [*_without_nproc(sys.argv[1:]), *named])
     if result.report:  # rank 0's own line: stopped by a signal at step N, checkpoint at ...
         click.echo(result.report, err=True)
         return result.status
@@ -474,6 +483,22 @@ def _launch_torchrun(config: TrainConfig, spec: Any, given: frozenset[str]) -> i
             err=True,
         )
     return result.status
+
+
+def fresh_run_folder(model: str, root: str = "runs") -> str:
+    """``runs/<UTC time>-<model>``, the folder a run without ``--out`` writes to: a name no
+    folder has yet (``-2``, ``-3``, ... appended when one does)."""
+    import re
+    import time
+    from pathlib import Path
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    base = Path(root) / f"{stamp}-{re.sub(r'[^A-Za-z0-9_.]+', '-', model).strip('-')}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return str(candidate)
 
 
 def _without_nproc(args: list[str]) -> list[str]:

@@ -114,17 +114,70 @@ class TrainConfig:
     )
     weight_decay: float = setting(0.1, "AdamW decoupled weight decay.")
     seed: int = setting(0, "Seed for weights and batches.")
+    model: str = setting(
+        "gpt",
+        "The model to train, as ampkit bench takes it: gpt (the built-in byte-level GPT, sized "
+        "by --n-layer, --n-head, --n-embd), hf:<type>[:tiny] (a Hugging Face model with random "
+        "weights, e.g. hf:gpt2:tiny, hf:bert-base-uncased:tiny, hf:vit:tiny), or "
+        "package.module:factory.",
+        metavar="NAME",
+    )
     data: str | None = setting(
         None,
-        "A UTF-8 text file to train on. [default: Python's standard-library sources]",
-        path="file",
+        "What to train on: a UTF-8 text file (or, for an hf: causal or masked LM, a folder of "
+        "them), a Hugging Face datasets folder (save_to_disk), or package.module:factory "
+        "returning a Dataset. [default: gpt: Python's standard-library sources; other models: "
+        "their own synthetic batches]",
         show_default=False,
         on_resume="free",  # compared by content (data_sha256) when recorded
     )
+    eval_data: str | None = setting(
+        None,
+        "Evaluate on this during training, given as --data is (for text: its non-overlapping "
+        "--seq-len windows); the mean loss is eval_loss in metrics.jsonl.",
+        show_default=False,
+        on_resume="free",
+    )
+    eval_every: int | None = setting(
+        None,
+        "Steps between evaluations of --eval-data (and the last step). "
+        "[default: --checkpoint-every, else --log-every]",
+        show_default=False,
+        on_resume="free",
+    )
+    metric: str = setting(
+        "loss",
+        "What --keep-best ranks the evaluations by: eval loss (lowest best) or top-1 accuracy "
+        "(highest best; for classifiers and masked LMs, not causal LMs).",
+        choices=("loss", "accuracy"),
+        on_resume="free",
+    )
+    keep_best: bool = setting(
+        False,
+        "Keep the checkpoint of the best evaluation by --metric besides the newest ones "
+        "(OUT/checkpoints; needs --eval-data).",
+        on_resume="free",
+    )
+    patience: int | None = setting(
+        None,
+        "Stop early after this many evaluations in a row without a new lowest eval loss.",
+        show_default=False,
+        on_resume="free",
+    )
     out: str | None = setting(
         None,
-        "Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/.",
+        "Folder for metrics.jsonl, summary.json, model.safetensors and checkpoints/. "
+        "[default: a fresh runs/<UTC time>-<model> on the command line; none in Python]",
         path="dir",
+        show_default=False,
+        on_resume="free",
+    )
+    save_format: str | None = setting(
+        None,
+        "How the trained model is written to OUT besides model.safetensors: hf also writes "
+        "OUT/hf, a save_pretrained folder (config and fp32 weights) that transformers' "
+        "from_pretrained loads. [default: hf for hf: models, else none]",
+        choices=("hf", "none"),
         show_default=False,
         on_resume="free",
     )
@@ -263,6 +316,20 @@ class TrainConfig:
         ]
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
+        evaluation = [
+            flag
+            for flag, set_ in [
+                ("--eval-every", self.eval_every is not None),
+                ("--keep-best", self.keep_best is True),
+                ("--patience", self.patience is not None),
+                ("--metric", self.metric != "loss"),
+            ]
+            if set_
+        ]
+        if evaluation and not self.eval_data:
+            problems.append(f"{', '.join(evaluation)} need --eval-data (what to evaluate on)")
+        if self.keep_best is True and not self.out:
+            problems.append("--keep-best needs --out DIR (it keeps a checkpoint)")
         if self.overwrite and self.resume:
             problems.append(
                 "--overwrite (replace the earlier run) and --resume (continue it) exclude each "
@@ -296,6 +363,7 @@ class TrainConfig:
         heads = self.n_head if ints["n_head"] else 1
         checks += [
             ("lr", is_number(self.lr) and self.lr > 0, "a positive number"),
+            ("metric", self.metric in ("loss", "accuracy"), "loss or accuracy"),
             (
                 "dist_timeout",
                 is_number(self.dist_timeout) and self.dist_timeout > 0,
@@ -329,11 +397,11 @@ class TrainConfig:
                     getattr(self, name) is None or is_int(getattr(self, name), 1),
                     "an integer >= 1",
                 )
-                for name in ("checkpoint_every", "keep_last")
+                for name in ("checkpoint_every", "keep_last", "eval_every", "patience")
             ),
             *(
                 (name, isinstance(getattr(self, name), bool), "True or False")
-                for name in ("detect_nonfinite", "overwrite", "allow_precision_change")
+                for name in ("detect_nonfinite", "overwrite", "allow_precision_change", "keep_best")
             ),
             (
                 "compile",
@@ -342,7 +410,7 @@ class TrainConfig:
             ),
             *(
                 (name, isinstance(getattr(self, name), str), "a string")
-                for name in ("precision", "strategy")
+                for name in ("precision", "strategy", "model")
             ),
             *(
                 (
@@ -358,6 +426,8 @@ class TrainConfig:
                     "compile_mode",
                     "update_compensation",
                     "state_precision",
+                    "save_format",
+                    "eval_data",
                 )
             ),
             (

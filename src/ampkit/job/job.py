@@ -13,7 +13,7 @@ import math
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,6 +23,7 @@ from ampkit._files import write_json
 from ampkit._process import launched_by_ampkit
 from ampkit.errors import ConfigurationError, MissingDependencyError, StorageError
 from ampkit.job.config import TrainConfig
+from ampkit.job.model_data import ModelData, eval_batches, resolve_model_data
 from ampkit.job.resume import override_lr, run_record
 from ampkit.job.run_folder import RunPlan, open_run_folder
 from ampkit.models.corpus import ByteCorpus, CorpusWindows, load_corpus
@@ -35,8 +36,15 @@ from ampkit.precision.modes import (
 from ampkit.precision.policy import resolve_precision
 from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.callbacks import Callback, NonFiniteMonitor, TensorBoard, TrainerView
-from ampkit.trainer.config import CheckpointConfig, CompileConfig, DistributedConfig, LoggingConfig
+from ampkit.trainer.config import (
+    CheckpointConfig,
+    CompileConfig,
+    DistributedConfig,
+    EvalConfig,
+    LoggingConfig,
+)
 from ampkit.trainer.distributed import Strategy, launched_world_size
+from ampkit.trainer.evaluation import accuracy
 from ampkit.trainer.metrics import StepMetrics
 from ampkit.trainer.result import FitResult
 from ampkit.trainer.trainer import Trainer
@@ -178,16 +186,23 @@ def _loggers(config: TrainConfig, out: Path | None) -> list[Callback]:
 
 def _resolve(
     config: TrainConfig, world_size: int, device: torch.device | str | None = None
-) -> tuple[ByteCorpus, PrecisionMode]:
+) -> tuple[ByteCorpus | ModelData, PrecisionMode]:
     """Check the settings, the device and precision, and the data for ``world_size``
-    processes; return the corpus and the run's precision mode, resolved once for ``device``
-    (default: ``config.device``)."""
+    processes; return the data (the corpus of the built-in GPT, or the ``--model`` and its
+    dataset) and the run's precision mode, resolved once for ``device`` (default:
+    ``config.device``)."""
     config.validate()
     policy = resolve_precision(config.precision, device or config.device)
     mode = precision_mode(policy, **config.mode_options())
-    corpus = load_corpus(config.data)
-    corpus.validate(config.batch_size, config.seq_len, world_size=world_size)
-    return corpus, mode
+    data: ByteCorpus | ModelData
+    if config.model == "gpt":
+        data = load_corpus(config.data)
+        data.validate(config.batch_size, config.seq_len, world_size=world_size)
+    else:
+        data = resolve_model_data(config)
+        data.validate(config.batch_size, world_size=world_size)
+    _saves_hf(config, data.built.model if isinstance(data, ModelData) else GPT)
+    return data, mode
 
 
 def _process_device(config: TrainConfig) -> torch.device | str | None:
@@ -311,6 +326,77 @@ def _earlier_summary(config: TrainConfig, line: str) -> TrainSummary:
         return TrainSummary(result=empty, data="", parameters=0, out=config.out, nothing_to_do=line)
 
 
+def _evaluation(config: TrainConfig, data: ByteCorpus | ModelData) -> EvalConfig | None:
+    """The Trainer's evaluation of ``--eval-data`` (None without it).
+
+    Raises:
+        ConfigurationError, DataError, MissingDependencyError: as for ``--data``, named
+            ``--eval-data``.
+    """
+    if config.eval_data is None:
+        return None
+    if isinstance(data, ModelData):
+        held = resolve_model_data(replace(config, data=config.eval_data), data.built)
+        dataset: Any = held.dataset
+        stride = config.seq_len if held.tokens_per_sample == config.seq_len else 1
+    else:
+        dataset, stride = (
+            CorpusWindows(load_corpus(config.eval_data), config.seq_len),
+            config.seq_len,
+        )
+    every = config.eval_every or config.checkpoint_every or config.log_every
+    return EvalConfig(
+        every=every,
+        data=eval_batches(dataset, config.batch_size, stride),
+        metrics={"accuracy": accuracy} if config.metric == "accuracy" else {},
+        patience=config.patience,
+    )
+
+
+def _saves_hf(config: TrainConfig, model: Any) -> bool:
+    """Whether the run writes OUT/hf (``--save-format``; default: for ``hf:`` models).
+
+    Raises:
+        ConfigurationError: ``--save-format hf`` for a model without ``save_pretrained``.
+    """
+    wanted = config.save_format or ("hf" if config.model.startswith("hf:") else "none")
+    if wanted == "hf" and not hasattr(model, "save_pretrained"):
+        raise ConfigurationError(
+            f"--save-format: hf writes a save_pretrained folder, and {config.model} builds "
+            f"{getattr(model, '__name__', type(model).__name__)}, which has no save_pretrained. Train a transformers model "
+            "(hf:NAME, or a factory returning one), or drop --save-format hf.",
+            argument="save_format",
+        )
+    return wanted == "hf"
+
+
+def _save_hf(model: torch.nn.Module, out: Path, tokenizer: Any = None) -> str:
+    """Write ``out/hf`` with ``save_pretrained``: the config, the fp32 weights of
+    ``out/model.safetensors`` (the Trainer's full, unsharded copy) and the tokenizer when the
+    model has one; return the summary's note.
+
+    Raises:
+        StorageError: the folder cannot be written.
+    """
+    from safetensors.torch import load_file
+
+    weights = load_file(out / "model.safetensors")
+    target = out / "hf"
+    config = getattr(model, "config", None)
+    try:
+        if config is not None:  # the weights written are fp32 (torch_dtype before 4.56)
+            setattr(config, "dtype" if hasattr(config, "dtype") else "torch_dtype", torch.float32)
+        cast(Any, model).save_pretrained(target, state_dict=weights, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(target)
+    except OSError as exc:
+        raise StorageError.from_os_error(
+            exc, str(target), "Training finished and model.safetensors was written."
+        ) from None
+    held = "its tokenizer" if tokenizer is not None else "no tokenizer: the model has none"
+    return f"Hugging Face folder {target} (config, fp32 weights; {held})"
+
+
 def _required(item: Any) -> bool:
     return item.default is MISSING and item.default_factory is MISSING
 
@@ -326,21 +412,31 @@ def _empty(annotation: Any) -> Any:
 def _train(
     config: TrainConfig,
     callbacks: Sequence[Callback | Callable[[StepMetrics], None]],
-    corpus: ByteCorpus,
+    corpus: ByteCorpus | ModelData,
     mode: PrecisionMode,
     plan: RunPlan,
     digest: Callable[[], str],
 ) -> TrainSummary:
+    evaluation = _evaluation(config, corpus)  # before the seed: a factory may reseed
     torch.manual_seed(config.seed)
-    model = GPT(
-        GPTConfig(
-            vocab_size=corpus.vocab_size,
-            block_size=config.seq_len,
-            n_layer=config.n_layer,
-            n_head=config.n_head,
-            n_embd=config.n_embd,
+    model: torch.nn.Module
+    loss_fn = None
+    if isinstance(corpus, ModelData):
+        model, loss_fn = corpus.built.model, corpus.built.loss_fn
+        dataset: Any = corpus.dataset
+        tokens_per_sample = corpus.tokens_per_sample
+    else:
+        model = GPT(
+            GPTConfig(
+                vocab_size=corpus.vocab_size,
+                block_size=config.seq_len,
+                n_layer=config.n_layer,
+                n_head=config.n_head,
+                n_embd=config.n_embd,
+            )
         )
-    )
+        dataset = CorpusWindows(corpus, config.seq_len)
+        tokens_per_sample = config.seq_len
     out = Path(config.out) if config.out else None
     scaler = None
     if mode.policy.uses_scaler:
@@ -358,7 +454,8 @@ def _train(
         parts["scheduler"] = torch.optim.lr_scheduler.LambdaLR(opt, _warmup(config.warmup_steps))
         return parts["scheduler"]
 
-    checkpoints = out / "checkpoints" if out and (config.checkpoint_every or plan.resume) else None
+    keeps = config.checkpoint_every or plan.resume or config.keep_best
+    checkpoints = out / "checkpoints" if out and keeps else None
     if config.keep_last and checkpoints is None:
         raise ConfigurationError(
             "--keep-last: applies to the checkpoints, and this run writes none. Add "
@@ -368,8 +465,10 @@ def _train(
     if checkpoints is not None:
         checkpoint = CheckpointConfig(
             checkpoints,
-            every=config.checkpoint_every,
+            every=config.checkpoint_every or (evaluation.every if evaluation else None),
             keep_last=config.keep_last,
+            keep_best=f"eval_{config.metric}" if config.keep_best else None,
+            best_mode="max" if config.metric == "accuracy" else "min",
             resume=plan.resume,
             allow_precision_change=config.allow_precision_change,
             run_config=run_record(config, digest()),
@@ -378,6 +477,7 @@ def _train(
         model,
         make_optimizer,
         scheduler=make_scheduler,
+        loss_fn=loss_fn,
         max_steps=config.steps,
         precision=mode,
         device=mode.policy.device,
@@ -386,6 +486,7 @@ def _train(
         batch_size=config.batch_size,
         seed=config.seed,
         checkpoint=checkpoint,
+        eval=evaluation,
         compile=CompileConfig(enabled=config.compile, mode=config.compile_mode),
         distributed=DistributedConfig(
             strategy=cast(Strategy, config.strategy),  # TrainConfig.validate checked it
@@ -402,14 +503,15 @@ def _train(
         logging=LoggingConfig(
             log_every=config.log_every,
             metrics_file=out / "metrics.jsonl" if out else None,
-            tokens_per_sample=config.seq_len,
+            tokens_per_sample=tokens_per_sample,
             progress_bar=False,  # the caller passes its own display as a callback
+            console=False,  # and prints its own summary
         ),
         final_weights=out / "model.safetensors" if out else None,
         scaler=scaler,
     )
     with trainer:  # releases the process group it joined
-        result = trainer.fit(CorpusWindows(corpus, config.seq_len))
+        result = trainer.fit(dataset)
     summary = TrainSummary(
         result=result,
         data=corpus.source,
@@ -418,6 +520,9 @@ def _train(
         notes=[*plan.notes, *result.notes],
         config=config.to_dict(),
     )
+    if out and trainer.is_main and _saves_hf(config, model):
+        tokenizer = corpus.built.tokenizer if isinstance(corpus, ModelData) else None
+        summary.notes.append(_save_hf(model, out, tokenizer))
     if out and trainer.is_main:
         try:
             write_json(out / "summary.json", summary.to_dict())

@@ -141,6 +141,8 @@ class BuiltModel:
         config: the model's own configuration when it has one (the
             :class:`~ampkit.models.gpt.GPTConfig` of ``gpt``, the transformers config of an
             ``hf:`` model); None otherwise.
+        tokenizer: the model's tokenizer when it has one (an ``hf:`` local folder's); None
+            otherwise.
         loss_keys: keys of a dict batch that only ask for the loss (``labels``, a contrastive
             model's ``return_loss``): :attr:`example_inputs` leaves them out.
 
@@ -159,6 +161,7 @@ class BuiltModel:
     flops_per_step: float | None = None
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer] = field(default=default_optimizer)
     config: Any = None
+    tokenizer: Any = None
     loss_keys: tuple[str, ...] = ("labels",)
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -109,6 +110,26 @@ def _seq_limit(task: HfTask, config: Any) -> int | None:
     return None
 
 
+def _pretrained(spec: str, auto_class: Any, folder: Path) -> Any:
+    """``auto_class.from_pretrained(folder)`` (a config or a model), refusals in one line."""
+    try:
+        with quiet_loggers():
+            return auto_class.from_pretrained(folder)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        lines = str(exc).strip().splitlines() or [type(exc).__name__]
+        raise model_error(
+            f"{spec!r}: transformers could not load {auto_class.__name__} from {folder}: "
+            f"{lines[0]}. Pass a folder written by save_pretrained."
+        ) from None
+
+
+def _local_tokenizer(spec: str, transformers: Any, folder: Path) -> Any:
+    """The folder's tokenizer, or None when it holds none."""
+    if not any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        return None
+    return _pretrained(spec, transformers.AutoTokenizer, folder)
+
+
 def _build(spec: str, auto_class: Any, config: Any) -> Any:
     try:
         return auto_class.from_config(config)
@@ -153,7 +174,17 @@ def build_hf(
             f"{spec!r}: padding={padding!r} is invalid; use one of {', '.join(PADDINGS)}."
         )
     transformers = _import("transformers", "hf")
-    config = hf_config(transformers, spec, name, tiny, values, allow_large=allow_large)
+    folder = Path(name).expanduser()
+    local = folder.is_dir()
+    if local:
+        if tiny or values:
+            raise model_error(
+                f"{spec!r}: a local folder's config is its own; it takes only the seq_len= and "
+                "padding= options. Change the folder's config.json instead."
+            )
+        config = _pretrained(spec, transformers.AutoConfig, folder)
+    else:
+        config = hf_config(transformers, spec, name, tiny, values, allow_large=allow_large)
     task = hf_task(config, spec)
     limit = _seq_limit(task, config)
     if seq_len is None:
@@ -167,7 +198,11 @@ def build_hf(
     auto_class = getattr(transformers, task.auto_class)
     with torch.random.fork_rng(devices=[]), quiet_loggers():  # transformers may import torchao
         torch.manual_seed(seed)
-        model = _build(spec, auto_class, config)
+        if local:
+            model = _pretrained(spec, auto_class, folder)
+        else:
+            model = _build(spec, auto_class, config)
+    tokenizer = _local_tokenizer(spec, transformers, folder) if local else None
     model.train()
     shape = BatchShape(config, batch_size, seq_len, forward_arguments(model), padding)
     make_batch = cast(Callable[[BatchShape, torch.Generator], dict[str, Any]], task.make_batch)
@@ -194,10 +229,12 @@ def build_hf(
         batch_size=batch_size,
         description=(
             f"Hugging Face {type(model).__name__} ({task.name}; {name}"
-            f"{' tiny' if tiny else ''} config, random weights), {params:,} parameters, "
+            f"{' tiny' if tiny else ''} config, "
+            f"{'its saved weights' if local else 'random weights'}), {params:,} parameters, "
             f"batch {what}"
         ),
         config=config,
+        tokenizer=tokenizer,
         loss_keys=task.loss_keys,
     )
 

@@ -12,6 +12,8 @@ it on ``built.batch``) and what one step is. Accepted strings:
 * ``hf:<name>[:options]``: a Hugging Face ``transformers`` model built from the library's config
   with random weights (``hf:gpt2``, ``hf:bert-base-uncased``, ``hf:t5-small:tiny``; see
   :mod:`ampkit.models.library`), needs ``pip install 'ampkit[hf]'``;
+* ``hf:<local folder>``: a model saved with ``save_pretrained``, with its weights and (when the
+  folder holds one) its tokenizer;
 * ``timm:<name>[:options]``: ``timm.create_model(name, pretrained=False)``;
 * ``package.module:factory``: your function, imported from the current folder first (as
   ``python -m`` does) or the installed packages. It returns a :class:`BuiltModel`,

@@ -30,6 +30,7 @@ T = TypeVar("T")
 
 __all__ = [
     "Callback",
+    "ConsoleLog",
     "MetricsFile",
     "NonFiniteMonitor",
     "ProgressBar",
@@ -256,6 +257,67 @@ class ProgressBar(Callback):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+class ConsoleLog(Callback):
+    """The Trainer's default console output (rank 0, to ``stream``, default stderr): with
+    ``lines``, one line per logged step (``step 10/300  loss 2.3456  lr 2.0e-03  grad_norm
+    0.812  tokens/s 24,270``, plus the loss scale under fp16 and ``eval_loss`` when evaluated),
+    and at the end of ``fit`` a summary of the run. ``LoggingConfig(console=False)`` turns it
+    off."""
+
+    def __init__(self, lines: bool = True, stream: Any = None) -> None:
+        self.lines, self.stream = lines, stream
+
+    def _write(self, text: str) -> None:
+        import sys
+
+        stream = self.stream or sys.stderr
+        stream.write(text + "\n")
+        stream.flush()
+
+    def on_log(self, trainer: TrainerView, metrics: StepMetrics) -> None:
+        if not (self.lines and trainer.is_main):
+            return
+        parts = [
+            f"step {metrics.step}/{trainer.max_steps}",
+            f"loss {metrics.loss:.4f}",
+            f"lr {metrics.lr:.1e}",
+        ]
+        if metrics.grad_norm is not None:
+            parts.append(f"grad_norm {metrics.grad_norm:.3g}")
+        if trainer.mp.policy.uses_scaler:
+            parts.append(f"scale {metrics.scale:g}")
+        if metrics.eval_loss is not None:
+            parts.append(f"eval_loss {metrics.eval_loss:.4f}")
+        if metrics.tokens_per_s is not None:
+            parts.append(f"tokens/s {metrics.tokens_per_s:,.0f}")
+        else:
+            parts.append(f"samples/s {metrics.samples_per_s:,.0f}")
+        self._write("  ".join(parts))
+
+    def on_fit_end(self, trainer: TrainerView, result: FitResult) -> None:
+        if not trainer.is_main:
+            return
+        rate = (
+            f"{result.tokens_per_s:,.0f} tokens/s"
+            if result.tokens_per_s is not None
+            else f"{result.samples_per_s:,.0f} samples/s"
+        )
+        rows = [
+            ("precision", f"{result.precision} on {result.device}"),
+            ("why", result.reason),
+            ("steps", f"{result.steps} ({result.skipped_steps} skipped)"),
+            ("final loss", f"{result.final_loss:.4f}"),
+            ("throughput", f"{rate} over {result.wall_s:.1f} s"),
+            (
+                "peak memory",
+                f"{result.peak_memory_bytes / 2**20:,.0f} MiB ({result.peak_memory_kind})",
+            ),
+            *(("note", note) for note in result.notes),
+        ]
+        width = max(len(k) for k, _ in rows)
+        self._write("\n".join(f"{k.rjust(width)}  {v}" for k, v in rows))
 
 
 class Tracker(Callback):

@@ -194,6 +194,9 @@ class LoggingConfig:
             stderr is a terminal and no ProgressBar is among the Trainer's ``callbacks``.
         tokens_per_sample: tokens in one sample, to report tokens/s (e.g. the sequence
             length); None: samples/s only.
+        console: write one line per logged step (when no progress bar is shown) and a
+            summary of the run at the end of ``fit`` to stderr (rank 0,
+            :class:`~ampkit.trainer.callbacks.ConsoleLog`); False: write nothing.
 
     Raises:
         ConfigurationError: a count that is not an integer >= 1, a flag that is not a bool.
@@ -203,12 +206,14 @@ class LoggingConfig:
     metrics_file: str | Path | None = None
     progress_bar: bool | None = None
     tokens_per_sample: int | None = None
+    console: bool = True
 
     def __post_init__(self) -> None:
         owner = "LoggingConfig"
         check_count(owner, "log_every", self.log_every, optional=False)
         check_count(owner, "tokens_per_sample", self.tokens_per_sample)
         _check_bool(owner, "progress_bar", self.progress_bar, optional=True)
+        _check_bool(owner, "console", self.console)
         if self.metrics_file is not None and not isinstance(self.metrics_file, (str, Path)):
             raise ConfigurationError(
                 f"{owner}: metrics_file={self.metrics_file!r} is invalid. Pass a file path, "

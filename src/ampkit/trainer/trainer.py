@@ -54,7 +54,7 @@ from ampkit.precision.modes import PrecisionMode, TrainingSetup
 from ampkit.precision.policy import Policy, resolve_device
 from ampkit.precision.scaler import LossScaler
 from ampkit.trainer.args import MOVED, OptimizerLike, SchedulerLike, TrainerArgs
-from ampkit.trainer.callbacks import Callback, MetricsFile, ProgressBar
+from ampkit.trainer.callbacks import Callback, ConsoleLog, MetricsFile, ProgressBar
 from ampkit.trainer.checkpointing.checkpointer import Checkpointer
 from ampkit.trainer.checkpointing.contents import TrainingParts, full_weights
 from ampkit.trainer.config import (
@@ -145,9 +145,11 @@ def _callbacks(logging: LoggingConfig, given: Sequence[Callback]) -> list[Callba
     bar = logging.progress_bar
     if bar is None:
         bar = sys.stderr.isatty() and not any(isinstance(c, ProgressBar) for c in given)
+    has_bar = bar or any(isinstance(c, ProgressBar) for c in given)
     return [
         *([MetricsFile(logging.metrics_file)] if logging.metrics_file else []),
         *([ProgressBar()] if bar else []),
+        *([ConsoleLog(lines=not has_bar)] if logging.console else []),
         *given,
     ]
 
@@ -503,7 +505,7 @@ class Trainer:
                 return batch_loss(model, batch, args.loss_fn)
 
         # routers and the LM head under "auto" with no keep_fp32 of the caller's
-        if self.mp.policy.requested == "auto" and self.fp32_islands is None and closure:
+        if self.mp.policy.requested == "auto" and self.fp32_islands is None and closure is not None:
             self._keep_roles_fp32(model, closure)
         setup = TrainingSetup(
             model,
@@ -762,14 +764,17 @@ class Trainer:
             )
             if evaluate:
                 evaluation = self._evaluate_during_fit()
+                # what keep_best ranks and patience counts: eval_loss and eval_<metric>
+                scores = {
+                    "eval_loss": evaluation.loss,
+                    **{f"eval_{k}": v for k, v in evaluation.metrics.items()},
+                }
                 metrics = replace(
                     metrics,
                     eval_loss=evaluation.loss,
                     eval_metrics=dict(evaluation.metrics) if self._eval_metrics else None,
                 )
                 meter.restart_interval()
-                scores = {"eval_loss": evaluation.loss}
-                scores.update({f"eval_{k}": v for k, v in evaluation.metrics.items()})
             if precision_change:
                 metrics = replace(metrics, precision_change=precision_change)
             names = {id(p): n for n, p in self.model.named_parameters()}
