@@ -28,7 +28,7 @@ CASES = [
     (["train", *TINY, "--device", "meta"], "device: 'meta' tensors hold no data"),
     (["train", *TINY, "--out", "{a_file}/run"], "--out: cannot create the folder"),
     (["train", *TINY, "--out", "{a_file}"], "'--out': Directory '{a_file}' is a file"),
-    (["train", *TINY, "--data", "{folder}"], "'--data': File '{folder}' is a directory"),
+    (["train", *TINY, "--data", "{folder}"], "--data: {folder} is not a file"),
     (["train", *TINY, "--data", "{fifo}"], "--data: {fifo} is not a file"),
     (["train", *TINY, "--n-head", "0"], "--n-head must be an integer >= 1"),
     (["train", *TINY, "--out", "{tmp}/x", "--checkpoint-every", "0"], "--checkpoint-every must"),

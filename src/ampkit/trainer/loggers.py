@@ -263,10 +263,15 @@ class WandbLogger(_Tracker):
         self._finish(0)
 
     def _finish(self, exit_code: int) -> None:
-        if self._active:
-            self._active = False
-            run = self.run
+        run, self.run = self.run, None
+        if run is None:
+            return
+        self._active = False
+        if self.failed is None:
             self._send("finishing the W&B run", lambda: run.finish(exit_code=exit_code))
+        else:  # it failed and warned once: still end the run, or the next wandb.init reuses it
+            with contextlib.suppress(Exception):
+                run.finish(exit_code=1)
 
 
 def _mlflow_uri(uri: str | Path | None) -> str | None:
