@@ -97,6 +97,7 @@ def test_tensorboard_folder_deleted_mid_run_warns_once_and_training_goes_on(tmp_
 def test_wandb_folder_deleted_mid_run_warns_once_and_training_goes_on(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.chdir(tmp_path)  # wandb's finish of a run whose folder is gone writes ./wandb
     logger = WandbLogger(project="tests", dir=tmp_path / "wb")
     with pytest.warns(RuntimeWarning, match="WandbLogger: logging step 2 failed") as seen:
         _fit(_RemoveAt(tmp_path / "wb" / "wandb"), logger)
