@@ -17,5 +17,9 @@ command line) is built on this package, and this package imports none of them:
   (modules kept in fp32 under autocast), :mod:`~ampkit.precision.float_formats` (number formats from ``torch.finfo``),
   :mod:`~ampkit.precision.inference` (``predict``).
 
-Import from the submodules; nothing is imported here, so ``import ampkit.precision`` is free.
+Import from the submodules. The one import here is :mod:`~ampkit.precision.modes` (torch-free):
+it registers the built-in modes' precisions (:mod:`~ampkit.precision.spelling`), so every
+submodule finds them, whichever is imported first; ``import ampkit.precision`` imports no torch.
 """
+
+from ampkit.precision import modes as modes  # registers the built-in precisions

@@ -50,3 +50,15 @@ def test_a_threshold_outside_0_to_1_is_refused(bad):
 
 def test_the_default_threshold_is_the_documented_one():
     assert ampkit.Bf16True().warn_lost_above == ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT
+
+
+def test_the_mode_file_s_defaults_and_choices_are_the_machinery_s():
+    """The mode file writes its default share and its option choices itself (reading them
+    imports no torch); they are the bf16-true machinery's."""
+    from ampkit.precision.bf16_true import COMPENSATIONS, LOST_UPDATES_WARN_AT, STATE_PRECISIONS
+    from ampkit.precision.modes import bf16_true
+
+    assert bf16_true.LOST_UPDATES_WARN_AT == LOST_UPDATES_WARN_AT
+    choices = {o.name: o.choices for o in ampkit.Bf16True.cli_options}
+    assert choices["update_compensation"] == COMPENSATIONS
+    assert choices["state_precision"] == STATE_PRECISIONS

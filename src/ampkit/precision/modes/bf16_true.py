@@ -13,24 +13,30 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ampkit._stack import user_stacklevel
 from ampkit._validate import is_number
 from ampkit.errors import ConfigurationError, PrecisionWarning
-from ampkit.precision.bf16_true import LOST_UPDATES_WARN_AT
-from ampkit.precision.bf16_true.compensated import (
-    CompensatedOptimizer,
-    check_compensation,
-    check_state_precision,
+from ampkit.precision.modes.base import (
+    DoctorSection,
+    ModeField,
+    ModeOption,
+    PrecisionMode,
+    TrainingSetup,
 )
-from ampkit.precision.modes.base import DoctorSection, ModeField, PrecisionMode, TrainingSetup
-from ampkit.precision.policy import ParsedPrecision
+from ampkit.precision.spelling import ParsedPrecision, PrecisionFacts
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 __all__ = ["Bf16True"]
+
+#: The default of ``warn_lost_above``: the share of a step's updates rounded away above which a
+#: run warns (:data:`ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT`, held equal by a test;
+#: written here so that reading the mode's defaults imports no torch).
+LOST_UPDATES_WARN_AT = 0.1
 
 #: How bf16-true keeps small weight updates, in the run summary's words.
 _COMPENSATION = {
@@ -78,7 +84,30 @@ class Bf16True(PrecisionMode):
         PrecisionWarning: ``update_compensation="none"`` or ``state_precision="bf16"``.
     """
 
-    precisions: ClassVar[tuple[str, ...]] = ("bf16-true",)
+    precision_facts: ClassVar[tuple[PrecisionFacts, ...]] = (
+        # parameters, gradients and optimizer state in bf16 too, so no loss scaling
+        PrecisionFacts("bf16-true", compute_dtype="bfloat16", param_dtype="bfloat16"),
+    )
+    cli_options: ClassVar[tuple[ModeOption, ...]] = (
+        ModeOption(
+            "update_compensation",
+            str,
+            "Kahan-compensated or stochastically rounded weight updates, or none (warns: small "
+            "updates are lost).",
+            default="kahan",
+            choices=tuple(_COMPENSATION),
+        ),
+        ModeOption(
+            "state_precision",
+            str,
+            "keep the optimizer state of the bf16 weights in fp32, in bf16 with stochastic "
+            "rounding, in bf16 with a Kahan residual, or in plain bf16 (warns: AdamW's second "
+            "moment drifts up). Fixed for the run: a resume must keep it.",
+            default="fp32",
+            choices=tuple(_STATE),
+            added_later=True,
+        ),
+    )
     options: ClassVar[Mapping[str, str]] = {
         "update_compensation": "update_compensation",
         "bf16_true_keep_fp32": "keep_fp32",
@@ -128,6 +157,11 @@ class Bf16True(PrecisionMode):
                 "are rounded away)."
             )
         self.warn_lost_above = float(warn_lost_above)
+        from ampkit.precision.bf16_true.compensated import (
+            check_compensation,
+            check_state_precision,
+        )
+
         if update_compensation is not None:
             check_compensation(update_compensation)
         if state_precision is not None:
@@ -204,6 +238,8 @@ class Bf16True(PrecisionMode):
         Raises:
             ConfigurationError: ``optimizer`` is not a ``torch.optim.Optimizer``.
         """
+        from ampkit.precision.bf16_true.compensated import CompensatedOptimizer
+
         if isinstance(optimizer, CompensatedOptimizer):
             return optimizer
         return CompensatedOptimizer(
@@ -214,6 +250,8 @@ class Bf16True(PrecisionMode):
 
     def measure_next_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Count the lost updates of the next step (read by :meth:`step_metrics`)."""
+        from ampkit.precision.bf16_true.compensated import CompensatedOptimizer
+
         if isinstance(optimizer, CompensatedOptimizer):
             optimizer.measure_next_step()
 
@@ -226,8 +264,10 @@ class Bf16True(PrecisionMode):
 
         Warns:
             PrecisionWarning: once per run for the weights and once for the state, when more
-                than :data:`~ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT` were lost.
+                than ``warn_lost_above`` were lost.
         """
+        from ampkit.precision.bf16_true.compensated import CompensatedOptimizer
+
         lost = (
             optimizer.lost_updates(dict(names))
             if isinstance(optimizer, CompensatedOptimizer)
