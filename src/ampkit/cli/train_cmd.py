@@ -140,7 +140,7 @@ def train(**options: Any) -> None:
         options["compile"] = True
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     options = {name: tuple(v) if isinstance(v, list) else v for name, v in options.items()}
-    config = TrainConfig(**options)
+    config = TrainConfig.from_settings(options)
     if print_config:
         config.validate()  # it writes only what --config accepts
         click.echo(config_as_toml(config, nproc), nl=False)

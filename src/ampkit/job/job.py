@@ -193,7 +193,7 @@ def _resolve(
     ``config.device``)."""
     config.validate()
     policy = resolve_precision(config.precision, device or config.device)
-    mode = precision_mode(policy, **config.mode_options())
+    mode = precision_mode(policy, **config.mode_options)
     data: ByteCorpus | ModelData
     if config.model == "gpt":
         data = load_corpus(config.data)
