@@ -72,6 +72,9 @@ class Bf16True(PrecisionMode):
             :data:`~ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT` (0.1). Stochastic rounding
             never warns (its rounded-away updates are kept in expectation).
 
+    ``ampkit train`` offers ``update_compensation``, ``state_precision`` and
+    ``warn_lost_above`` as flags (:attr:`cli_options`).
+
     Example::
 
         Trainer(model, opt, max_steps=10, precision=ampkit.Bf16True(update_compensation="stochastic"))
@@ -106,6 +109,16 @@ class Bf16True(PrecisionMode):
             default="fp32",
             choices=tuple(_STATE),
             added_later=True,
+        ),
+        ModeOption(
+            "warn_lost_above",
+            float,
+            "warn once when more than this share (0 to 1) of a logged step's weight or "
+            "optimizer-state updates was rounded away (stochastic rounding never warns). May "
+            "change on resume.",
+            default=LOST_UPDATES_WARN_AT,
+            on_resume="free",
+            metavar="SHARE",
         ),
     )
     options: ClassVar[Mapping[str, str]] = {
@@ -154,7 +167,8 @@ class Bf16True(PrecisionMode):
             raise ConfigurationError(
                 f"warn_lost_above: {warn_lost_above!r} is invalid. Use a share from 0 to 1 "
                 f"(default {LOST_UPDATES_WARN_AT}: warn when more than 10% of a step's updates "
-                "are rounded away)."
+                "are rounded away).",
+                argument="warn_lost_above",
             )
         self.warn_lost_above = float(warn_lost_above)
         from ampkit.precision.bf16_true.compensated import (
