@@ -20,6 +20,7 @@ from ampkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ampkit.precision.modes import ModeOption
+    from ampkit.precision.spelling import ParsedPrecision
 
 __all__ = ["LOGGERS", "Setting", "TrainConfig", "setting", "settings", "value_problem"]
 
@@ -288,6 +289,22 @@ class TrainConfig:
             return self.__dict__.get("mode_options", {}).get(name)
         raise AttributeError(f"'TrainConfig' object has no attribute {name!r}")
 
+    @property
+    def parsed_precision(self) -> ParsedPrecision:
+        """:attr:`precision` read by :func:`~ampkit.parse_precision` once per config: the
+        settings check, the policy and the mode of the run all take this one reading.
+
+        Raises:
+            ConfigurationError: the precision is not a known spelling.
+        """
+        cached = self.__dict__.get("_parsed_precision")
+        if cached is None or cached.spelled != self.precision:
+            from ampkit.precision.spelling import parse_precision
+
+            cached = parse_precision(self.precision)
+            object.__setattr__(self, "_parsed_precision", cached)  # frozen: a cache, no field
+        return cached
+
     @classmethod
     def from_settings(cls, values: dict[str, Any]) -> TrainConfig:
         """A config from one value per row of :func:`settings`, by the row's name (the
@@ -348,7 +365,9 @@ class TrainConfig:
                 f"mode_options: {', '.join(map(repr, unknown))} is not an option of a precision "
                 f"mode; the modes' options are {', '.join(rows)}"
             ]
-        canonical = _canonical_or_none(self.precision)
+        if not self.mode_options:
+            return []
+        canonical = _canonical_or_none(self)
         problems = []
         for name, value in self.mode_options.items():
             row, owners = rows[name], _owners(name)
@@ -643,13 +662,11 @@ def settings() -> tuple[Setting, ...]:
     return own + tuple(_mode_rows().values())
 
 
-def _canonical_or_none(precision: object) -> str | None:
-    """The canonical name of a precision's spelling; None for ``auto`` and unknown spellings
+def _canonical_or_none(config: TrainConfig) -> str | None:
+    """The canonical name of the config's precision; None for ``auto`` and unknown spellings
     (which the precision's own check reports)."""
-    from ampkit.precision.spelling import parse_precision
-
     try:
-        parsed = parse_precision(precision)  # type: ignore[arg-type]
+        parsed = config.parsed_precision
     except ConfigurationError:
         return None
     return None if parsed.precision == "auto" else parsed.precision

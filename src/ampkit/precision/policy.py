@@ -517,7 +517,7 @@ def _has_tf32(hw: HardwareInfo) -> bool:
 
 
 def resolve_precision(
-    precision: str = "auto",
+    precision: str | ParsedPrecision = "auto",
     device: torch.device | str | None = None,
     *,
     tf32: bool | None = None,
@@ -535,7 +535,9 @@ def resolve_precision(
 
     Args:
         precision: ``auto``, ``fp32``, ``fp16``, ``bf16``, ``bf16-true``, ``fp8`` or an alias in
-            :data:`PRECISION_ALIASES` (``fp8-rowwise`` etc. pick the recipe, :data:`FP8_RECIPES`).
+            :data:`PRECISION_ALIASES` (``fp8-rowwise`` etc. pick the recipe, :data:`FP8_RECIPES`);
+            or a :class:`ParsedPrecision` already read by :func:`parse_precision` (a job that
+            parsed its setting once hands that down).
         device: the training device; ``None`` picks CUDA when available, else CPU.
         tf32: let fp32 matmuls use TF32; ``None`` enables it where the GPU has TF32 (Ampere+).
         hardware: describe the hardware instead of probing it (tests, planning for another box).
@@ -552,22 +554,23 @@ def resolve_precision(
     Warns:
         PrecisionWarning: fp16 requested on a CPU (honoured, but emulated and slow).
     """
-    parsed = parse_precision(precision)
+    parsed = precision if isinstance(precision, ParsedPrecision) else parse_precision(precision)
+    spelled = parsed.spelled  # the user's spelling, for the messages
     wanted = parsed.precision
     dev = resolve_device(device) if hardware is None else hardware.device
     hw = hardware if hardware is not None else probe(dev)
     if emulate and wanted != "fp8":
         raise ConfigurationError(
-            f"emulate: emulate=True applies to fp8 only, but the precision is {precision!r}. "
+            f"emulate: emulate=True applies to fp8 only, but the precision is {spelled!r}. "
             "Drop emulate=True, or ask for precision='fp8'."
         )
     chosen: str
     if wanted == "auto":
         chosen, reason = _auto(hw)
     elif wanted == "fp8":
-        chosen, reason = wanted, _fp8(hw, precision, emulate)
+        chosen, reason = wanted, _fp8(hw, spelled, emulate)
     else:
-        chosen, reason = wanted, _explicit(wanted, hw, precision)
+        chosen, reason = wanted, _explicit(wanted, hw, spelled)
     has_tf32 = _has_tf32(hw)
     if tf32 and not has_tf32:
         raise UnsupportedPrecisionError(
@@ -581,7 +584,7 @@ def resolve_precision(
         uses_scaler=_scaled(chosen),
         reason=reason,
         tf32=has_tf32 if tf32 is None else tf32,
-        requested=str(precision),
+        requested=str(spelled),
         fp8_recipe=parsed.fp8_recipe,
         emulate=emulate,
     )

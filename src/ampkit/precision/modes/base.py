@@ -157,7 +157,9 @@ class PrecisionMode:
     of the object; :meth:`resolve` turns it into a :class:`Policy`.
 
     Args:
-        precision: a spelling of one of :attr:`precisions` (``"fp16-mixed"``).
+        precision: a spelling of one of :attr:`precisions` (``"fp16-mixed"``), or that
+            spelling already read (a :class:`~ampkit.precision.spelling.ParsedPrecision`: the
+            mode does not parse it again).
 
     Raises:
         ConfigurationError: ``precision`` is unknown, ``"auto"``, or not one of
@@ -194,12 +196,12 @@ class PrecisionMode:
         if "precision_facts" in cls.__dict__ and "precisions" not in cls.__dict__:
             cls.precisions = tuple(facts.name for facts in cls.precision_facts)
 
-    def __init__(self, precision: str) -> None:
-        parsed = parse_precision(precision)
+    def __init__(self, precision: str | ParsedPrecision) -> None:
+        parsed = precision if isinstance(precision, ParsedPrecision) else parse_precision(precision)
         if parsed.precision not in type(self).precisions:
             allowed = ", ".join(repr(p) for p in type(self).precisions)
             raise ConfigurationError(
-                f"precision: {type(self).__name__} trains in {allowed}, not {precision!r}"
+                f"precision: {type(self).__name__} trains in {allowed}, not {parsed.spelled!r}"
                 + (
                     " ('auto' is decided by the hardware: pass precision='auto' to "
                     "MixedPrecision or the Trainer instead of a mode object)."
@@ -213,8 +215,9 @@ class PrecisionMode:
     @classmethod
     def from_parsed(cls, parsed: ParsedPrecision, options: Mapping[str, Any]) -> PrecisionMode:
         """Build the mode for ``parsed`` with ``options`` (constructor keywords, the values
-        given). The default passes the spelling and the options to the constructor."""
-        return cls(parsed.spelled, **options)
+        given). The default passes ``parsed`` (read once, not parsed again) and the options
+        to the constructor."""
+        return cls(parsed, **options)  # type: ignore[call-arg]
 
     @classmethod
     def from_policy(cls, policy: Policy, options: Mapping[str, Any]) -> PrecisionMode:

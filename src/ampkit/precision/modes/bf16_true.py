@@ -162,7 +162,7 @@ class Bf16True(PrecisionMode):
         state_precision: str | None = None,
         warn_lost_above: float = LOST_UPDATES_WARN_AT,
     ) -> None:
-        super().__init__("bf16-true")
+        super().__init__(ParsedPrecision("bf16-true", "bf16-true"))  # its own name: no parse
         if not is_number(warn_lost_above, 0.0, 1.0):
             raise ConfigurationError(
                 f"warn_lost_above: {warn_lost_above!r} is invalid. Use a share from 0 to 1 "

@@ -25,7 +25,7 @@ class Fp32(PrecisionMode):
     )
 
     def __init__(self) -> None:
-        super().__init__("fp32")
+        super().__init__(ParsedPrecision("fp32", "fp32"))  # its own name: nothing to parse
 
     @classmethod
     def from_parsed(cls, parsed: ParsedPrecision, options: Mapping[str, Any]) -> PrecisionMode:

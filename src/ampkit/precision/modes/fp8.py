@@ -86,7 +86,7 @@ class Fp8(PrecisionMode):
             raise ConfigurationError(
                 f"recipe: {recipe!r} is unknown. Use one of {', '.join(map(repr, _SPELLING))}."
             )
-        super().__init__(_SPELLING[recipe])
+        super().__init__(ParsedPrecision("fp8", _SPELLING[recipe], recipe))  # no parse needed
         self.recipe = recipe
         self.emulate = bool(emulate)
         self.fsdp_float8_all_gather = fsdp_float8_all_gather

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ampkit.precision.modes.base import PrecisionMode
-from ampkit.precision.spelling import PrecisionFacts
+from ampkit.precision.spelling import ParsedPrecision, PrecisionFacts
 
 __all__ = ["Mixed"]
 
@@ -41,5 +41,5 @@ class Mixed(PrecisionMode):
         PrecisionFacts("bf16", ("bf16-mixed", "bfloat16"), compute_dtype="bfloat16"),
     )
 
-    def __init__(self, precision: str = "bf16") -> None:
+    def __init__(self, precision: str | ParsedPrecision = "bf16") -> None:
         super().__init__(precision)
