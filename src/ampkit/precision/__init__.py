@@ -5,7 +5,9 @@ command line) is built on this package, and this package imports none of them:
 
 * :mod:`~ampkit.precision.hardware` and :mod:`~ampkit.precision.devices`: what a device
   offers, read without side effects, and the one place for device-type branches;
-* :mod:`~ampkit.precision.policy`: the only precision-name parser and the ``auto`` rules;
+* :mod:`~ampkit.precision.spelling`: the only precision-name parser, over the names the modes
+  declare (no torch);
+* :mod:`~ampkit.precision.policy`: a precision and a device into a ``Policy``, the ``auto`` rules;
 * :mod:`~ampkit.precision.scaler`: dynamic loss scaling;
 * :mod:`~ampkit.precision.engine`: :class:`MixedPrecision`, the loop-level engine;
 * :mod:`~ampkit.precision.modes`: one object per precision mode (fp32, mixed, bf16-true,
