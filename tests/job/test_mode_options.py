@@ -122,3 +122,9 @@ def test_a_registered_mode_s_option_becomes_a_setting_checked_and_compared(knob)
     assert resume({"toy_knob_level": 5}) == []
     with pytest.raises(ConfigurationError, match=r"--toy-knob-level 5 \(now 3\)"):
         resume({"toy_knob_level": 3})
+
+
+def test_a_config_stays_hashable_with_its_mode_options():
+    a = TrainConfig(mode_options={"state_precision": "bf16", "update_compensation": "none"})
+    b = TrainConfig(mode_options={"update_compensation": "none", "state_precision": "bf16"})
+    assert a == b and hash(a) == hash(b) and len({a, b, TrainConfig()}) == 2

@@ -283,6 +283,16 @@ class TrainConfig:
             set_ = {k: v for k, v in self.mode_options.items() if v is not None}
             object.__setattr__(self, "mode_options", set_)
 
+    def __hash__(self) -> int:
+        # the generated hash would fail on the dict of mode options: hash its items instead
+        return hash(
+            tuple(
+                tuple(sorted(self.mode_options.items())) if f.name == "mode_options" else value
+                for f in fields(self)
+                for value in [getattr(self, f.name)]
+            )
+        )
+
     def __getattr__(self, name: str) -> Any:
         """A mode option reads as an attribute (``config.<option>``; None when unset)."""
         if not name.startswith("_") and name in _mode_rows():
@@ -707,5 +717,7 @@ setattr(TrainConfig, "__init__", _init)  # noqa: B010 (mypy: a method is not ass
 TrainConfig.__doc__ = (TrainConfig.__doc__ or "") + (
     "\n\n    Attributes:\n"
     + "".join(f"        {row.name}: {row.help}\n" for row in settings())
+    + "        mode_options: the values of the precision mode's options above (the rows a mode\n"
+    + "            declares), by name; each also reads as an attribute (None when unset).\n"
     + "    "
 )
