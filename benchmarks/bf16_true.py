@@ -125,7 +125,7 @@ def one_run(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         seq_len=args.seq_len,
         lr=args.lr,
-        update_compensation=args.compensation,
+        mode_options={"update_compensation": args.compensation},
         log_every=10,
     )
     start = time.perf_counter()

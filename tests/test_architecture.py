@@ -226,9 +226,6 @@ _SHARED_WORDS = frozenset({"keep_fp32", "fp8_plan", "plan", "emulate", "recipe"}
 
 #: Files outside a mode's own that may still name one of its options or metrics, and why.
 _NAMED_ELSEWHERE = {
-    # the `ampkit train` flags of bf16-true: the torch-free table the command line reads
-    # its --help from (every mode file imports torch)
-    "job/config.py": "ampkit train flags",
     # the integrations measure lost updates of the user's own optimizer in HF and Lightning
     # and log them as ampkit/lost_updates (no precision mode is involved there)
     "integrations/__init__.py": "integration metric",

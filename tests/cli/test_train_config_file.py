@@ -126,6 +126,11 @@ def _other_value(row) -> list[str]:
         return [row.option, next(c for c in row.choices if c != row.default)]
     if row.name in ("n_embd", "n_head"):
         return [row.option, "64" if row.name == "n_embd" else "8"]
+    if row.mode_option and row.type is float:
+        return [
+            row.option,
+            str(row.unset_means / 2),
+        ]  # half the mode's default (a share stays <= 1)
     if row.type in (int, float):
         return [row.option, str((row.default or 1) + 1)]
     return [row.option, "x" if row.name != "precision" else "bf16-true"]
@@ -135,14 +140,15 @@ def test_print_config_reads_back_through_config_for_every_option(tmp_path):
     """Every row of the settings table, set to another value on the command line, survives
     --print-config -> --config -> --print-config unchanged (what is printed is accepted)."""
     from ampkit.job.config import settings
+    from ampkit.precision.modes import cli_options
 
     compatible = {  # options that need a partner to be valid
+        # a mode's option: the precision of the (first) mode that takes it
+        **{name: ["--precision", owners[0]] for name, (_, owners) in cli_options().items()},
         "allow_precision_change": ["--resume", "auto", "--out", str(tmp_path / "o")],
         "resume": ["--out", str(tmp_path / "o")],
         "checkpoint_every": ["--out", str(tmp_path / "o")],
         "keep_last": ["--out", str(tmp_path / "o")],
-        "update_compensation": ["--precision", "bf16-true"],
-        "state_precision": ["--precision", "bf16-true"],
         **{name: ["--eval-data", "x"] for name in ("eval_every", "metric", "patience")},
         "keep_best": ["--eval-data", "x", "--out", str(tmp_path / "o")],
     }

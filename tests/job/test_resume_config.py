@@ -44,12 +44,21 @@ def test_changed_settings_are_refused_all_at_once_as_flags():
 
 def test_a_changed_state_precision_is_refused_also_against_an_older_record():
     with pytest.raises(ConfigurationError, match=r"--state-precision \(none\) \(now bf16-kahan\)"):
-        check(TrainConfig(seed=1, batch_size=4, out="runs/a", state_precision="bf16-kahan"))
+        check(
+            TrainConfig(
+                seed=1, batch_size=4, out="runs/a", mode_options={"state_precision": "bf16-kahan"}
+            )
+        )
     older = {k: v for k, v in SAVED.items() if k != "state_precision"}  # before the option
     with pytest.raises(ConfigurationError, match="--state-precision"):
         check_resume_config(
             older,
-            TrainConfig(seed=1, batch_size=4, out="runs/a", state_precision="bf16-stochastic"),
+            TrainConfig(
+                seed=1,
+                batch_size=4,
+                out="runs/a",
+                mode_options={"state_precision": "bf16-stochastic"},
+            ),
             data_sha256="abc",
             precision="bf16-true",
             saved_precision="bf16-true",
@@ -125,7 +134,7 @@ def test_carry_over_of_a_damaged_record_is_refused():
 )
 def test_a_bf16_true_default_left_unset_and_spelled_out_are_the_same_run(name, default):
     spelled = TrainConfig(
-        seed=1, batch_size=4, out="runs/a", precision="bf16-true", **{name: default}
+        seed=1, batch_size=4, out="runs/a", precision="bf16-true", mode_options={name: default}
     )
     unset = TrainConfig(seed=1, batch_size=4, out="runs/a", precision="bf16-true")
     for saved, now in ((unset, spelled), (spelled, unset)):

@@ -140,7 +140,7 @@ def train(**options: Any) -> None:
         options["compile"] = True
     options["max_grad_norm"] = _positive_or_none(options["max_grad_norm"])
     options = {name: tuple(v) if isinstance(v, list) else v for name, v in options.items()}
-    config = TrainConfig(**options)
+    config = TrainConfig.from_settings(options)
     if print_config:
         config.validate()  # it writes only what --config accepts
         click.echo(config_as_toml(config, nproc), nl=False)
@@ -537,9 +537,13 @@ def _render_summary(summary: Any) -> str:
             f"{summary.peak_memory_bytes / 2**20:,.0f} MiB ({summary.peak_memory_kind})",
         ),
     ]
-    from ampkit.precision.policy import uses_loss_scaling
+    from ampkit.precision.spelling import precision_facts, registered_precisions
 
-    if uses_loss_scaling(summary.precision):
+    # the run's canonical precision: its facts are looked up, the name is not parsed again
+    if (
+        summary.precision in registered_precisions()
+        and precision_facts(summary.precision).uses_scaler
+    ):
         rows.insert(5, ("loss scale", f"{summary.final_scale:g}"))
     rows[5:5] = summary.mode_rows
     if summary.world_size > 1:

@@ -9,13 +9,18 @@ resume rules (:mod:`ampkit.job.resume`) are all read from here, so a new flag is
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from dataclasses import Field, asdict, dataclass, field, fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ampkit._validate import is_int, is_number
 from ampkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ampkit.precision.modes import ModeOption
+    from ampkit.precision.spelling import ParsedPrecision
 
 __all__ = ["LOGGERS", "Setting", "TrainConfig", "setting", "settings", "value_problem"]
 
@@ -41,9 +46,6 @@ def setting(
     path: Literal["file", "dir"] | None = None,
     show_default: bool | str = True,
     on_resume: OnResume = "compared",
-    mode_option: bool = False,
-    unset_means: Any = None,
-    added_later: bool = False,
 ) -> Any:
     """One row of the table: a :class:`TrainConfig` field with its command-line option.
 
@@ -57,11 +59,9 @@ def setting(
         path: the value is a path to a file or to a folder.
         show_default: ``--help`` shows the default (a string: shows that text instead).
         on_resume: what a resume does with it (:data:`OnResume`).
-        mode_option: an option of the precision mode, passed to its constructor by name.
-        unset_means: the value None stands for (the mode's default), so that a resume may
-            give either.
-        added_later: checkpoints of older runs may lack it; such a record is compared as if
-            it held None (the run then had the default).
+
+    The options of the precision modes are not written here: each mode declares its own
+    (:class:`~ampkit.precision.modes.ModeOption`), and :func:`settings` adds a row for each.
     """
     return field(
         default=default,
@@ -73,9 +73,6 @@ def setting(
             "path": path,
             "show_default": show_default,
             "on_resume": on_resume,
-            "mode_option": mode_option,
-            "unset_means": unset_means,
-            "added_later": added_later,
         },
     )
 
@@ -266,26 +263,6 @@ class TrainConfig:
         "a folder.",
         on_resume="free",
     )
-    update_compensation: str | None = setting(
-        None,
-        "bf16-true only: Kahan-compensated or stochastically rounded weight updates, or none "
-        "(warns: small updates are lost). [default: kahan]",
-        choices=("kahan", "stochastic", "none"),
-        show_default=False,
-        mode_option=True,
-        unset_means="kahan",
-    )
-    state_precision: str | None = setting(
-        None,
-        "bf16-true only: keep the optimizer state of the bf16 weights in fp32, in bf16 with "
-        "stochastic rounding, in bf16 with a Kahan residual, or in plain bf16 (warns: AdamW's "
-        "second moment drifts up). Fixed for the run: a resume must keep it. [default: fp32]",
-        choices=("fp32", "bf16-stochastic", "bf16-kahan", "bf16"),
-        show_default=False,
-        mode_option=True,
-        unset_means="fp32",
-        added_later=True,
-    )
     loggers: tuple[str, ...] = setting(
         (),
         "Also send the logged steps to this tracker (repeatable): tensorboard "
@@ -295,6 +272,58 @@ class TrainConfig:
         show_default=False,
         on_resume="free",
     )
+    mode_options: dict[str, Any] = field(default_factory=dict)
+    """The precision mode's options, by its constructor's keyword (``{<option>: value}``):
+    the rows each registered mode declares
+    (:func:`~ampkit.precision.modes.cli_options`), a flag each on the command line and a key
+    each in ``--config`` and in :meth:`to_dict`. Unset options (None) are left out."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.mode_options, dict):
+            set_ = {k: v for k, v in self.mode_options.items() if v is not None}
+            object.__setattr__(self, "mode_options", set_)
+
+    def __hash__(self) -> int:
+        # the generated hash would fail on the dict of mode options: hash its items instead
+        return hash(
+            tuple(
+                tuple(sorted(self.mode_options.items())) if f.name == "mode_options" else value
+                for f in fields(self)
+                for value in [getattr(self, f.name)]
+            )
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        """A mode option reads as an attribute (``config.<option>``; None when unset)."""
+        if not name.startswith("_") and name in _mode_rows():
+            return self.__dict__.get("mode_options", {}).get(name)
+        raise AttributeError(f"'TrainConfig' object has no attribute {name!r}")
+
+    @property
+    def parsed_precision(self) -> ParsedPrecision:
+        """:attr:`precision` read by :func:`~ampkit.parse_precision` once per config: the
+        settings check, the policy and the mode of the run all take this one reading.
+
+        Raises:
+            ConfigurationError: the precision is not a known spelling.
+        """
+        cached = self.__dict__.get("_parsed_precision")
+        if cached is None or cached.spelled != self.precision:
+            from ampkit.precision.spelling import parse_precision
+
+            cached = parse_precision(self.precision)
+            object.__setattr__(self, "_parsed_precision", cached)  # frozen: a cache, no field
+        return cached
+
+    @classmethod
+    def from_settings(cls, values: dict[str, Any]) -> TrainConfig:
+        """A config from one value per row of :func:`settings`, by the row's name (the
+        command line's options): the mode options' rows go into :attr:`mode_options`."""
+        rows = _mode_rows()
+        options = dict(values.get("mode_options") or {})
+        options.update((k, v) for k, v in values.items() if k in rows and v is not None)
+        flat = {k: v for k, v in values.items() if k not in rows and k != "mode_options"}
+        return cls(**flat, mode_options=options)
 
     def validate(self) -> None:
         """Raise one :class:`ConfigurationError` listing every invalid setting.
@@ -307,13 +336,7 @@ class TrainConfig:
             for name, ok, rule in self._checks()
             if not ok
         ]
-        given = [r for r in settings() if r.mode_option and getattr(self, r.name) is not None]
-        takes = _mode_options_of(self.precision) if given else ()
-        problems += [
-            f"{row.option} applies to --precision bf16-true only, got --precision {self.precision}"
-            for row in given
-            if row.name not in takes
-        ]
+        problems += self._mode_option_problems()
         if (self.checkpoint_every or self.resume or self.keep_last) and not self.out:
             problems.append("--checkpoint-every, --keep-last and --resume need --out DIR")
         evaluation = [
@@ -339,6 +362,33 @@ class TrainConfig:
             problems.append("--allow-precision-change applies when resuming: add --resume auto")
         if problems:
             raise ConfigurationError("invalid settings: " + "; ".join(problems) + ".")
+
+    def _mode_option_problems(self) -> list[str]:
+        """What is wrong with :attr:`mode_options`: a name no registered mode offers, a value
+        of the wrong type, or an option of a mode other than the precision's."""
+        if not isinstance(self.mode_options, dict):
+            return [f"mode_options must be a dict of options, got {self.mode_options!r}"]
+        rows = _mode_rows()
+        unknown = sorted(set(self.mode_options) - set(rows))
+        if unknown:
+            return [
+                f"mode_options: {', '.join(map(repr, unknown))} is not an option of a precision "
+                f"mode; the modes' options are {', '.join(rows)}"
+            ]
+        if not self.mode_options:
+            return []
+        canonical = _canonical_or_none(self)
+        problems = []
+        for name, value in self.mode_options.items():
+            row, owners = rows[name], _owners(name)
+            if _wrong(row.type, value):
+                problems.append(f"{row.option} must be {_KIND_A[row.type]}, got {value!r}")
+            elif canonical not in owners:
+                problems.append(
+                    f"{row.option} applies to --precision {' or '.join(owners)} only, got "
+                    f"--precision {self.precision}"
+                )
+        return problems
 
     def _checks(self) -> list[tuple[str, bool, str]]:
         """``(field, valid, rule)`` for every field."""
@@ -424,8 +474,6 @@ class TrainConfig:
                     "out",
                     "resume",
                     "compile_mode",
-                    "update_compensation",
-                    "state_precision",
                     "save_format",
                     "eval_data",
                 )
@@ -445,23 +493,19 @@ class TrainConfig:
         ]
         return checks
 
-    def mode_options(self) -> dict[str, Any]:
-        """The options of the precision mode that were set, by the mode constructor's keyword
-        (the rows marked ``mode_option``)."""
-        return {
-            row.name: getattr(self, row.name)
-            for row in settings()
-            if row.mode_option and getattr(self, row.name) is not None
-        }
-
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-ready values (recorded in ``summary.json`` and in checkpoints)."""
-        return asdict(self)
+        """Plain JSON-ready values (recorded in ``summary.json`` and in checkpoints): every
+        row of :func:`settings` by name, each mode option among them (None when unset), as
+        ``--config`` reads them back."""
+        values = asdict(self)
+        options = values.pop("mode_options")
+        values.update((name, options.get(name)) for name in _mode_rows())
+        return values
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        """Each field's default, by name (the command line's defaults come from here)."""
-        return {f.name: f.default for f in fields(cls)}
+        """Each row's default, by name (the command line's defaults come from here)."""
+        return {row.name: row.default for row in settings()}
 
 
 @dataclass(frozen=True)
@@ -575,39 +619,105 @@ def _row(item: Field[Any], hint: Any) -> Setting:
         path=meta["path"],
         show_default=meta["show_default"],
         on_resume=meta["on_resume"],
-        mode_option=meta["mode_option"],
-        unset_means=meta["unset_means"],
-        added_later=meta["added_later"],
+        mode_option=False,
+        unset_means=None,
+        added_later=False,
     )
 
 
-_SETTINGS: tuple[Setting, ...] = ()
+def _owners(name: str) -> tuple[str, ...]:
+    """The canonical precisions whose mode offers the option ``name``."""
+    from ampkit.precision.modes import cli_options
+
+    return cli_options()[name][1]
+
+
+def _mode_row(option: ModeOption, owners: tuple[str, ...]) -> Setting:
+    """The row of a mode's option: a flag of its name, its help after the precisions it
+    applies to, unset (None) by default, which means the mode's own default."""
+    shown = "" if option.default is None else f" [default: {option.default}]"
+    return Setting(
+        name=option.name,
+        type=option.type,
+        default=None,
+        optional=True,
+        many=False,
+        help=f"{' or '.join(owners)} only: {option.help}{shown}",
+        flag="",
+        choices=option.choices,
+        metavar=option.metavar,
+        path=None,
+        show_default=False,
+        on_resume=option.on_resume,
+        mode_option=True,
+        unset_means=option.default,
+        added_later=option.added_later,
+    )
+
+
+def _mode_rows() -> dict[str, Setting]:
+    """The rows of the registered modes' options, by name."""
+    from ampkit.precision.modes import cli_options
+
+    return {name: _mode_row(spec, owners) for name, (spec, owners) in cli_options().items()}
 
 
 def settings() -> tuple[Setting, ...]:
-    """The table: one :class:`Setting` per :class:`TrainConfig` field, in field order."""
-    global _SETTINGS
-    if not _SETTINGS:
-        hints = typing.get_type_hints(TrainConfig)
-        _SETTINGS = tuple(_row(item, hints[item.name]) for item in fields(TrainConfig))
-    return _SETTINGS
+    """The table: one :class:`Setting` per :class:`TrainConfig` field, in field order, then
+    one per option of a registered precision mode (:attr:`TrainConfig.mode_options`)."""
+    hints = typing.get_type_hints(TrainConfig)
+    own = tuple(
+        _row(item, hints[item.name]) for item in fields(TrainConfig) if item.name != "mode_options"
+    )
+    return own + tuple(_mode_rows().values())
 
 
-def _mode_options_of(precision: str) -> tuple[str, ...]:
-    """The options the precision mode of ``precision`` (a spelling) takes (none for ``auto``
-    and unknown spellings, which the precision's own check reports)."""
-    from ampkit.precision.modes import MODES, mode_options
-    from ampkit.precision.policy import parse_precision
-
+def _canonical_or_none(config: TrainConfig) -> str | None:
+    """The canonical name of the config's precision; None for ``auto`` and unknown spellings
+    (which the precision's own check reports)."""
     try:
-        mode = MODES.get(parse_precision(precision).precision)
+        parsed = config.parsed_precision
     except ConfigurationError:
-        return ()
-    return () if mode is None else mode_options(mode)
+        return None
+    return None if parsed.precision == "auto" else parsed.precision
+
+
+_dataclass_init = TrainConfig.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init(self: TrainConfig, **values: Any) -> None:
+    """The generated ``__init__``, also taking a mode option as a keyword of its own (the
+    earlier form, ``TrainConfig(<option>=...)``) with a ``DeprecationWarning`` that shows the
+    new one."""
+    rows = _mode_rows()
+    moved = {name: values.pop(name) for name in list(values) if name in rows}
+    moved = {name: value for name, value in moved.items() if value is not None}  # None: unset
+    if moved:
+        import warnings
+
+        from ampkit._stack import user_stacklevel
+
+        shown = ", ".join(f"{name!r}: ..." for name in moved)
+        warnings.warn(
+            f"TrainConfig({', '.join(f'{n}=...' for n in moved)}) is deprecated: a precision "
+            f"mode's options are one field now. Write TrainConfig(mode_options={{{shown}}}); "
+            "the keyword will be removed in the next release.",
+            DeprecationWarning,
+            stacklevel=user_stacklevel(),
+        )
+        given = values.get("mode_options")
+        values["mode_options"] = {**moved, **(given if isinstance(given, dict) else {})}
+    _dataclass_init(self, **values)
+
+
+setattr(TrainConfig, "__init__", _init)  # noqa: B010 (mypy: a method is not assigned to)
 
 
 TrainConfig.__doc__ = (TrainConfig.__doc__ or "") + (
     "\n\n    Attributes:\n"
     + "".join(f"        {row.name}: {row.help}\n" for row in settings())
+    + "        mode_options: the values of the precision mode's options above (the rows a mode\n"
+    + "            declares), by name; each also reads as an attribute (None when unset).\n"
     + "    "
 )

@@ -192,8 +192,9 @@ def _resolve(
     dataset) and the run's precision mode, resolved once for ``device`` (default:
     ``config.device``)."""
     config.validate()
-    policy = resolve_precision(config.precision, device or config.device)
-    mode = precision_mode(policy, **config.mode_options())
+    # the precision as the settings check read it (config.parsed_precision): not parsed again
+    policy = resolve_precision(config.parsed_precision, device or config.device)
+    mode = precision_mode(policy, **config.mode_options)
     data: ByteCorpus | ModelData
     if config.model == "gpt":
         data = load_corpus(config.data)

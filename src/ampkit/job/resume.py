@@ -20,7 +20,7 @@ from typing import Any
 from ampkit._files import json_safe
 from ampkit.errors import ConfigurationError
 from ampkit.job.config import TrainConfig, settings
-from ampkit.precision.policy import uses_loss_scaling
+from ampkit.precision.spelling import precision_facts
 
 __all__ = [
     "APPLIED",
@@ -153,7 +153,7 @@ def check_resume_config(
         )
         return notes
     current = json.loads(json.dumps(json_safe(config.to_dict())))
-    uses_scaler = uses_loss_scaling(precision)
+    uses_scaler = precision_facts(precision).uses_scaler  # a resolved (canonical) name
     resharded = _same_global_batch(saved, current, world_size, saved_world_size)
     if resharded:
         notes.append(resharded)

@@ -5,7 +5,9 @@ command line) is built on this package, and this package imports none of them:
 
 * :mod:`~ampkit.precision.hardware` and :mod:`~ampkit.precision.devices`: what a device
   offers, read without side effects, and the one place for device-type branches;
-* :mod:`~ampkit.precision.policy`: the only precision-name parser and the ``auto`` rules;
+* :mod:`~ampkit.precision.spelling`: the only precision-name parser, over the names the modes
+  declare (no torch);
+* :mod:`~ampkit.precision.policy`: a precision and a device into a ``Policy``, the ``auto`` rules;
 * :mod:`~ampkit.precision.scaler`: dynamic loss scaling;
 * :mod:`~ampkit.precision.engine`: :class:`MixedPrecision`, the loop-level engine;
 * :mod:`~ampkit.precision.modes`: one object per precision mode (fp32, mixed, bf16-true,
@@ -17,5 +19,9 @@ command line) is built on this package, and this package imports none of them:
   (modules kept in fp32 under autocast), :mod:`~ampkit.precision.float_formats` (number formats from ``torch.finfo``),
   :mod:`~ampkit.precision.inference` (``predict``).
 
-Import from the submodules; nothing is imported here, so ``import ampkit.precision`` is free.
+Import from the submodules. The one import here is :mod:`~ampkit.precision.modes` (torch-free):
+it registers the built-in modes' precisions (:mod:`~ampkit.precision.spelling`), so every
+submodule finds them, whichever is imported first; ``import ampkit.precision`` imports no torch.
 """
+
+from ampkit.precision import modes as modes  # registers the built-in precisions

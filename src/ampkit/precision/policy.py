@@ -3,16 +3,19 @@
 :func:`resolve_precision` turns a user's spelling (``"auto"``, ``"bf16-mixed"``, ...) and a device
 into a frozen :class:`Policy`. Nothing here changes global torch state; :func:`precision_session`
 applies the policy's global settings (TF32) and restores them on exit.
+
+The names a spelling may take, and each precision's dtypes and loss scaling, are the modes'
+own (declared on their classes, read through :mod:`ampkit.precision.spelling`, which holds the
+parser); ``parse_precision``, ``ParsedPrecision``, ``PRECISION_ALIASES`` and ``FP8_RECIPES``
+are re-exported here as before.
 """
 
 from __future__ import annotations
 
 import contextlib
-import difflib
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -31,6 +34,17 @@ from ampkit.precision.hardware import (
     rocm_arch,
     torchao_importable,
 )
+from ampkit.precision.spelling import (
+    FP8_RECIPES,
+    PRECISION_ALIASES,
+    ParsedPrecision,
+    PrecisionFacts,
+    add_precision,
+    parse_precision,
+    precision_facts,
+    registered_precisions,
+    remove_precision,
+)
 
 __all__ = [
     "FP8_RECIPES",
@@ -48,53 +62,31 @@ __all__ = [
     "uses_loss_scaling",
 ]
 
-Precision = Literal["fp32", "fp16", "bf16", "bf16-true", "fp8"]
+#: A canonical precision name: one a registered mode declares (``"fp32"``, ``"fp16"``, ``"bf16"``,
+#: ``"bf16-true"``, ``"fp8"``, or one added with :func:`register_precision`).
+Precision = str
 
-#: Every accepted spelling and the canonical precision it names (``"auto"`` is resolved apart).
-PRECISION_ALIASES: dict[str, Precision] = {
-    "fp32": "fp32",
-    "32": "fp32",
-    "32-true": "fp32",
-    "float32": "fp32",
-    "fp16": "fp16",
-    "fp16-mixed": "fp16",
-    "16-mixed": "fp16",
-    "float16": "fp16",
-    "bf16": "bf16",
-    "bf16-mixed": "bf16",
-    "bfloat16": "bf16",
-    "bf16-true": "bf16-true",
-    "fp8": "fp8",
-    "fp8-tensorwise": "fp8",
-    "fp8-rowwise": "fp8",
-    "fp8-rowwise-gw-hp": "fp8",
-}
 
-#: The torchao float8 recipe (``Float8LinearConfig.from_recipe_name``) each fp8 spelling names.
-FP8_RECIPES: dict[str, str] = {
-    "fp8": "tensorwise",
-    "fp8-tensorwise": "tensorwise",
-    "fp8-rowwise": "rowwise",
-    "fp8-rowwise-gw-hp": "rowwise_with_gw_hp",
-}
+def _torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a dtype name a mode declares (``"bfloat16"``)."""
+    dtype = getattr(torch, name)
+    if not isinstance(dtype, torch.dtype):
+        raise ConfigurationError(f"precision: {name!r} is not a torch dtype.")
+    return dtype
 
-#: The dtype autocast runs matmuls and convolutions in, per canonical precision.
-_DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "bf16-true": torch.bfloat16,  # parameters, gradients and optimizer state too
-    "fp8": torch.bfloat16,  # every op that is not an fp8 Linear runs under bf16 autocast
-}
 
-#: Precisions whose parameters are stored in a low-precision dtype (every other: fp32).
-_PARAM_DTYPES: dict[str, torch.dtype] = {"bf16-true": torch.bfloat16}
+def _dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"bfloat16"``."""
+    return str(dtype).removeprefix("torch.")
 
-#: Precisions whose narrow exponent needs dynamic loss scaling.
-_SCALED: set[str] = {"fp16"}
 
-#: Names added by :func:`register_precision` (the built-in ones cannot be removed).
-_REGISTERED: set[str] = set()
+def _compute_dtype(name: str) -> torch.dtype:
+    return _torch_dtype(precision_facts(name).compute_dtype)
+
+
+def _scaled(name: str) -> bool:
+    return precision_facts(name).uses_scaler
+
 
 _FP8_INSTALL = "pip install 'ampkit[fp8]' (torchao 0.18 pairs with torch 2.13)"
 
@@ -140,7 +132,9 @@ class Policy:
     @property
     def param_dtype(self) -> torch.dtype:
         """The dtype parameters are stored in: bf16 for ``bf16-true``, else fp32."""
-        return _PARAM_DTYPES.get(self.precision, torch.float32)
+        if self.precision not in registered_precisions():
+            return torch.float32  # a Policy built by hand for a name no mode declares
+        return _torch_dtype(precision_facts(self.precision).param_dtype)
 
     @property
     def autocast_enabled(self) -> bool:
@@ -216,49 +210,6 @@ def resolve_device(device: torch.device | str | None = None) -> torch.device:
     return dev
 
 
-@dataclass(frozen=True)
-class ParsedPrecision:
-    """A precision as spelled, read: what :func:`parse_precision` returns.
-
-    Attributes:
-        precision: the canonical name (``"fp32"``, ``"fp16"``, ``"bf16"``, ``"bf16-true"``,
-            ``"fp8"`` or a registered one), or ``"auto"`` (decided by the hardware).
-        spelled: the spelling as given.
-        fp8_recipe: fp8 only: torchao's recipe the spelling names (:data:`FP8_RECIPES`).
-    """
-
-    precision: str
-    spelled: str
-    fp8_recipe: str | None = None
-
-
-#: Words for a precision that are not its name, and the name they mean (no close spelling).
-_MEANT = {"half": "fp16", "single": "fp32", "full": "fp32", "float": "fp32", "bfloat": "bf16"}
-
-
-def parse_precision(spelled: str) -> ParsedPrecision:
-    """Read a precision's spelling (``"bf16-mixed"``, ``"fp8-rowwise"``, ``"auto"``, ...): the one
-    parser every command, the engine and the Trainer use. Case and surrounding spaces are
-    ignored.
-
-    Raises:
-        ConfigurationError: ``spelled`` is not a string or not a known name; the message lists
-            the accepted names and the closest one.
-    """
-    key = spelled.strip().lower() if isinstance(spelled, str) else spelled
-    if key == "auto":
-        return ParsedPrecision("auto", str(spelled))
-    if isinstance(key, str) and key in PRECISION_ALIASES:
-        return ParsedPrecision(PRECISION_ALIASES[key], spelled, FP8_RECIPES.get(key))
-    accepted = ["auto", *PRECISION_ALIASES]
-    guess = [_MEANT[key]] if key in _MEANT else difflib.get_close_matches(str(key), accepted, n=1)
-    hint = f" Did you mean {guess[0]!r}?" if guess else ""
-    raise ConfigurationError(
-        f"precision: unknown precision {spelled!r}. Accepted: {', '.join(accepted)}.{hint}",
-        argument="precision",
-    )
-
-
 def _canonical(precision: str) -> str:
     return parse_precision(precision).precision
 
@@ -270,7 +221,7 @@ def uses_loss_scaling(precision: str) -> bool:
     Raises:
         ConfigurationError: ``precision`` is unknown.
     """
-    return parse_precision(precision).precision in _SCALED
+    return _scaled(parse_precision(precision).precision)
 
 
 def register_precision(
@@ -283,8 +234,10 @@ def register_precision(
 ) -> None:
     """Make ``name`` (and its ``aliases``) a precision :func:`resolve_precision` accepts.
 
-    :func:`ampkit.precision.modes.register_mode` calls it for a new precision mode; the
-    hardware rules of an explicit choice apply to it.
+    A precision mode declares these facts on its class
+    (:attr:`~ampkit.precision.modes.PrecisionMode.precision_facts`) and
+    :func:`ampkit.precision.modes.register_mode` adds them; this is the same for a name given
+    by its facts alone. The hardware rules of an explicit choice apply to it.
 
     Args:
         name: the canonical name (lower case, not yet taken).
@@ -294,27 +247,18 @@ def register_precision(
         aliases: other spellings of it.
 
     Raises:
-        ConfigurationError: a name or alias is taken (or ``"auto"``), or not lower case.
+        ConfigurationError: a name or alias is taken (or ``"auto"``), not lower case, or a
+            dtype other than fp32, fp16 or bf16.
     """
-    for spelled in (name, *aliases):
-        if not isinstance(spelled, str) or spelled != spelled.strip().lower() or not spelled:
-            raise ConfigurationError(
-                f"register_precision: {spelled!r} is not a precision name; use a lower-case "
-                "string without surrounding spaces."
-            )
-        if spelled == "auto" or spelled in PRECISION_ALIASES:
-            raise ConfigurationError(
-                f"register_precision: {spelled!r} is taken (it names "
-                f"{PRECISION_ALIASES.get(spelled, 'auto')!r}). Pick another name."
-            )
-    for spelled in (name, *aliases):
-        PRECISION_ALIASES[spelled] = name  # type: ignore[assignment]
-    _DTYPES[name] = compute_dtype
-    if param_dtype != torch.float32:
-        _PARAM_DTYPES[name] = param_dtype
-    if uses_scaler:
-        _SCALED.add(name)
-    _REGISTERED.add(name)
+    add_precision(
+        PrecisionFacts(
+            name,
+            tuple(aliases),
+            compute_dtype=_dtype_name(compute_dtype),
+            param_dtype=_dtype_name(param_dtype),
+            uses_scaler=bool(uses_scaler),
+        )
+    )
 
 
 def unregister_precision(name: str) -> None:
@@ -323,17 +267,7 @@ def unregister_precision(name: str) -> None:
     Raises:
         ConfigurationError: ``name`` was not registered (the built-in names stay).
     """
-    if name not in _REGISTERED:
-        raise ConfigurationError(
-            f"unregister_precision: {name!r} was not added by register_precision; the built-in "
-            "precisions cannot be removed."
-        )
-    for spelled in [k for k, v in PRECISION_ALIASES.items() if v == name]:
-        del PRECISION_ALIASES[spelled]
-    _DTYPES.pop(name, None)
-    _PARAM_DTYPES.pop(name, None)
-    _SCALED.discard(name)
-    _REGISTERED.discard(name)
+    remove_precision(name)
 
 
 def analysis_policy(precision: str, device: torch.device | str) -> Policy:
@@ -354,8 +288,8 @@ def analysis_policy(precision: str, device: torch.device | str) -> Policy:
     return Policy(
         precision=name,
         device=torch.device(device),
-        compute_dtype=_DTYPES[name],
-        uses_scaler=name in _SCALED,
+        compute_dtype=_compute_dtype(name),
+        uses_scaler=_scaled(name),
         reason=f"{name} autocast for analysis (the hardware was not asked whether it runs it).",
         requested=str(precision),
         fp8_recipe=parsed.fp8_recipe,
@@ -583,7 +517,7 @@ def _has_tf32(hw: HardwareInfo) -> bool:
 
 
 def resolve_precision(
-    precision: str = "auto",
+    precision: str | ParsedPrecision = "auto",
     device: torch.device | str | None = None,
     *,
     tf32: bool | None = None,
@@ -601,7 +535,9 @@ def resolve_precision(
 
     Args:
         precision: ``auto``, ``fp32``, ``fp16``, ``bf16``, ``bf16-true``, ``fp8`` or an alias in
-            :data:`PRECISION_ALIASES` (``fp8-rowwise`` etc. pick the recipe, :data:`FP8_RECIPES`).
+            :data:`PRECISION_ALIASES` (``fp8-rowwise`` etc. pick the recipe, :data:`FP8_RECIPES`);
+            or a :class:`ParsedPrecision` already read by :func:`parse_precision` (a job that
+            parsed its setting once hands that down).
         device: the training device; ``None`` picks CUDA when available, else CPU.
         tf32: let fp32 matmuls use TF32; ``None`` enables it where the GPU has TF32 (Ampere+).
         hardware: describe the hardware instead of probing it (tests, planning for another box).
@@ -618,22 +554,23 @@ def resolve_precision(
     Warns:
         PrecisionWarning: fp16 requested on a CPU (honoured, but emulated and slow).
     """
-    parsed = parse_precision(precision)
+    parsed = precision if isinstance(precision, ParsedPrecision) else parse_precision(precision)
+    spelled = parsed.spelled  # the user's spelling, for the messages
     wanted = parsed.precision
     dev = resolve_device(device) if hardware is None else hardware.device
     hw = hardware if hardware is not None else probe(dev)
     if emulate and wanted != "fp8":
         raise ConfigurationError(
-            f"emulate: emulate=True applies to fp8 only, but the precision is {precision!r}. "
+            f"emulate: emulate=True applies to fp8 only, but the precision is {spelled!r}. "
             "Drop emulate=True, or ask for precision='fp8'."
         )
     chosen: str
     if wanted == "auto":
         chosen, reason = _auto(hw)
     elif wanted == "fp8":
-        chosen, reason = wanted, _fp8(hw, precision, emulate)
+        chosen, reason = wanted, _fp8(hw, spelled, emulate)
     else:
-        chosen, reason = wanted, _explicit(wanted, hw, precision)
+        chosen, reason = wanted, _explicit(wanted, hw, spelled)
     has_tf32 = _has_tf32(hw)
     if tf32 and not has_tf32:
         raise UnsupportedPrecisionError(
@@ -643,11 +580,11 @@ def resolve_precision(
     return Policy(
         precision=chosen,
         device=dev,
-        compute_dtype=_DTYPES[chosen],
-        uses_scaler=chosen in _SCALED,
+        compute_dtype=_compute_dtype(chosen),
+        uses_scaler=_scaled(chosen),
         reason=reason,
         tf32=has_tf32 if tf32 is None else tf32,
-        requested=str(precision),
+        requested=str(spelled),
         fp8_recipe=parsed.fp8_recipe,
         emulate=emulate,
     )

@@ -9,28 +9,45 @@ the mode for a resolved :class:`~ampkit.Policy` (or a spelling, unbound), with t
 that mode (its constructor's keywords). :func:`declared_fields` lists what the modes report
 (:class:`ModeField`), which is all the Trainer and the command line know of a mode's metrics.
 A new mode is a subclass in a new file plus one :func:`register_mode` call.
+
+Registering a mode adds the precisions its class declares
+(:attr:`~PrecisionMode.precision_facts`: names, dtypes, loss scaling) to
+:mod:`ampkit.precision.spelling`, which the parser and the policy read. Nothing here, in
+``base`` or in a mode's file imports torch when imported (the machinery of a mode is imported
+inside its hooks), so ``ampkit train --help`` reads the modes' options (:func:`cli_options`)
+without it. ``ampkit.precision`` imports this package first, so the built-in modes are
+registered before any precision is parsed.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from ampkit.errors import ConfigurationError
-from ampkit.precision.modes.base import DoctorSection, ModeField, PrecisionMode, TrainingSetup
+from ampkit.precision.modes.base import (
+    DoctorSection,
+    ModeField,
+    ModeOption,
+    PrecisionMode,
+    TrainingSetup,
+)
 from ampkit.precision.modes.bf16_true import Bf16True
 from ampkit.precision.modes.fp8 import Fp8
 from ampkit.precision.modes.fp32 import Fp32
 from ampkit.precision.modes.mixed import Mixed
-from ampkit.precision.policy import (
-    Policy,
+from ampkit.precision.spelling import (
+    PrecisionFacts,
+    add_precision,
     parse_precision,
-    register_precision,
-    unregister_precision,
+    remove_precision,
 )
+
+if TYPE_CHECKING:
+    import torch
+
+    from ampkit.precision.policy import Policy
 
 __all__ = [
     "MODES",
@@ -40,9 +57,11 @@ __all__ = [
     "Fp32",
     "Mixed",
     "ModeField",
+    "ModeOption",
     "PrecisionMode",
     "TrainingSetup",
     "check_declared",
+    "cli_options",
     "declared_fields",
     "declared_value",
     "mode_options",
@@ -51,35 +70,46 @@ __all__ = [
     "unregister_mode",
 ]
 
-#: Canonical precision name -> the mode class that trains in it.
-MODES: dict[str, type[PrecisionMode]] = {
-    "fp32": Fp32,
-    "fp16": Mixed,
-    "bf16": Mixed,
-    "bf16-true": Bf16True,
-    "fp8": Fp8,
-}
+#: Canonical precision name -> the mode class that trains in it (each class's
+#: :attr:`~PrecisionMode.precision_facts`, registered below).
+MODES: dict[str, type[PrecisionMode]] = {}
+
+for _builtin in (Fp32, Mixed, Bf16True, Fp8):
+    for _facts in _builtin.precision_facts:
+        add_precision(_facts, removable=False)
+        MODES[_facts.name] = _builtin
+
+
+def _dtype_name(dtype: torch.dtype | str) -> str:
+    """``torch.bfloat16`` (or ``"bfloat16"``) -> ``"bfloat16"``, without importing torch."""
+    return str(dtype).removeprefix("torch.")
 
 
 def register_mode(
     mode: type[PrecisionMode],
     *,
-    compute_dtype: torch.dtype,
-    param_dtype: torch.dtype = torch.float32,
+    compute_dtype: torch.dtype | str | None = None,
+    param_dtype: torch.dtype | str = "float32",
     uses_scaler: bool = False,
     aliases: tuple[str, ...] = (),
 ) -> type[PrecisionMode]:
     """Register a new mode class for its precision name (``mode.precisions``, one name):
-    the name becomes a precision every command and ``resolve_precision`` accept
-    (:func:`~ampkit.precision.policy.register_precision`). Returns ``mode``.
+    the name becomes a precision every command and ``resolve_precision`` accept. Returns
+    ``mode``.
+
+    The facts of its precision are the class's :attr:`~PrecisionMode.precision_facts` (one
+    :class:`~ampkit.precision.spelling.PrecisionFacts`), or, for a class that declares none,
+    the keywords.
 
     Args:
         mode: the :class:`PrecisionMode` subclass.
-        compute_dtype, param_dtype, uses_scaler, aliases: the facts of its policy, as
-            :func:`~ampkit.precision.policy.register_precision`.
+        compute_dtype: the dtype autocast runs matmuls and convolutions in (a torch dtype
+            or its name); needed when the class declares no ``precision_facts``.
+        param_dtype, uses_scaler, aliases: the rest of its facts, for such a class.
 
     Raises:
-        ConfigurationError: not a PrecisionMode subclass, not exactly one precision name, or
+        ConfigurationError: not a PrecisionMode subclass, not exactly one precision name,
+            facts both declared and given, no ``compute_dtype`` for a class without facts, or
             the name (or an alias) is taken.
     """
     if not (isinstance(mode, type) and issubclass(mode, PrecisionMode)):
@@ -90,13 +120,34 @@ def register_mode(
             "mode names exactly one new precision."
         )
     (name,) = mode.precisions
-    register_precision(
-        name,
-        compute_dtype=compute_dtype,
-        param_dtype=param_dtype,
-        uses_scaler=uses_scaler,
-        aliases=aliases,
-    )
+    declared = mode.precision_facts
+    if declared and compute_dtype is not None:
+        raise ConfigurationError(
+            f"register_mode: {mode.__name__} declares its precision_facts; drop "
+            "compute_dtype= (and the other facts) from register_mode."
+        )
+    if declared:
+        if len(declared) != 1 or declared[0].name != name:
+            raise ConfigurationError(
+                f"register_mode: {mode.__name__}.precision_facts must be one PrecisionFacts "
+                f"named {name!r}, the class's precision."
+            )
+        facts = declared[0]
+    elif compute_dtype is None:
+        raise ConfigurationError(
+            f"register_mode: {mode.__name__} declares no precision_facts. Declare "
+            f"precision_facts = (PrecisionFacts({name!r}, compute_dtype=...),) on the class, "
+            "or pass compute_dtype=."
+        )
+    else:
+        facts = PrecisionFacts(
+            name,
+            tuple(aliases),
+            compute_dtype=_dtype_name(compute_dtype),
+            param_dtype=_dtype_name(param_dtype),
+            uses_scaler=bool(uses_scaler),
+        )
+    add_precision(facts)
     MODES[name] = mode
     return mode
 
@@ -107,8 +158,19 @@ def unregister_mode(name: str) -> None:
     Raises:
         ConfigurationError: ``name`` was not registered with :func:`register_mode`.
     """
-    unregister_precision(name)
+    remove_precision(name)
     MODES.pop(name, None)
+
+
+def cli_options() -> dict[str, tuple[ModeOption, tuple[str, ...]]]:
+    """Every option the registered modes offer ``ampkit train`` (:attr:`~PrecisionMode.cli_options`),
+    by name, with the canonical precisions whose mode takes it, in registration order."""
+    found: dict[str, tuple[ModeOption, tuple[str, ...]]] = {}
+    for precision, cls in MODES.items():
+        for option in cls.cli_options:
+            spec, owners = found.get(option.name, (option, ()))
+            found[option.name] = (spec, (*owners, precision))
+    return found
 
 
 def declared_fields(kind: Literal["metric", "result"]) -> dict[str, ModeField]:
@@ -194,6 +256,8 @@ def precision_mode(precision: str | Policy | PrecisionMode, **options: Any) -> P
                 f"options. Pass it to the mode ({type(precision).__name__}(...)) instead."
             )
         return precision
+    from ampkit.precision.policy import Policy
+
     if isinstance(precision, Policy):
         name = precision.precision
     else:

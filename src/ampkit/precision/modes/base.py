@@ -34,27 +34,26 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from ampkit.errors import ConfigurationError
-from ampkit.precision.policy import (
+from ampkit.precision.spelling import (
     ParsedPrecision,
-    Policy,
+    PrecisionFacts,
     parse_precision,
-    resolve_precision,
+    precision_facts,
 )
 
-__all__ = ["DoctorSection", "ModeField", "PrecisionMode", "TrainingSetup"]
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
-#: The number format the doctor measures under each autocast dtype.
-_FORMAT_OF: dict[torch.dtype, str] = {
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-}
+    from ampkit.precision.policy import Policy
+
+__all__ = ["DoctorSection", "ModeField", "ModeOption", "PrecisionMode", "TrainingSetup"]
+
+#: The number format the doctor measures under each autocast dtype (by torch dtype name).
+_FORMAT_OF: dict[str, str] = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
 @dataclass(frozen=True)
@@ -116,6 +115,38 @@ class ModeField:
     description: str
 
 
+@dataclass(frozen=True)
+class ModeOption:
+    """An option of a mode that ``ampkit train`` offers as a flag (``--state-precision``): the
+    mode declares it, the command line's option, the ``--config`` key, the settings check and
+    the resume rule are made from it, and the value reaches the mode's constructor keyword of
+    the same name.
+
+    Attributes:
+        name: the constructor's keyword; the flag is ``--`` plus it
+            with dashes, the ``--config`` key and the recorded setting are the name.
+        type: the type of a value: ``str``, ``int``, ``float`` or ``bool``.
+        help: the flag's ``--help`` text, after the precisions it applies to.
+        default: what leaving it unset means (the constructor's default), shown in ``--help``
+            and equal to the unset value on resume.
+        choices: the values allowed (None: any value of ``type``; the mode checks ranges).
+        on_resume: ``"compared"`` (a resume must keep it: it changes what a step computes) or
+            ``"free"`` (it may change on resume).
+        added_later: checkpoints of runs before the option existed lack it; such a record
+            is compared as if it held the unset value.
+        metavar: how ``--help`` names the value.
+    """
+
+    name: str
+    type: type
+    help: str
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    on_resume: Literal["compared", "free"] = "compared"
+    added_later: bool = False
+    metavar: str | None = None
+
+
 class PrecisionMode:
     """One precision mode: the hooks a training run calls (module doc: the order).
 
@@ -126,15 +157,27 @@ class PrecisionMode:
     of the object; :meth:`resolve` turns it into a :class:`Policy`.
 
     Args:
-        precision: a spelling of one of :attr:`precisions` (``"fp16-mixed"``).
+        precision: a spelling of one of :attr:`precisions` (``"fp16-mixed"``), or that
+            spelling already read (a :class:`~ampkit.precision.spelling.ParsedPrecision`: the
+            mode does not parse it again).
 
     Raises:
         ConfigurationError: ``precision`` is unknown, ``"auto"``, or not one of
             :attr:`precisions`.
     """
 
-    #: The canonical precisions this class trains in (its registry keys).
+    #: The canonical precisions this class trains in (its registry keys); from
+    #: :attr:`precision_facts` when the class declares those.
     precisions: ClassVar[tuple[str, ...]] = ()
+
+    #: What each precision of the class is: its names, dtypes (by torch dtype name), loss
+    #: scaling and (fp8) recipes, one :class:`~ampkit.precision.spelling.PrecisionFacts` per
+    #: precision. What :func:`~ampkit.parse_precision` and :func:`~ampkit.resolve_precision`
+    #: know of the precision comes from here (no torch needed to read it).
+    precision_facts: ClassVar[tuple[PrecisionFacts, ...]] = ()
+
+    #: The options ``ampkit train`` offers as flags (a subset of the constructor's keywords).
+    cli_options: ClassVar[tuple[ModeOption, ...]] = ()
 
     #: The old ``MixedPrecision``/``AmpkitPrecision`` keywords of the mode's options -> its
     #: constructor's keyword (``fp8_plan`` -> ``plan``), kept for one release with a
@@ -148,12 +191,17 @@ class PrecisionMode:
     #: The keys :meth:`result_fields` returns (the run summary).
     result_field_specs: ClassVar[tuple[ModeField, ...]] = ()
 
-    def __init__(self, precision: str) -> None:
-        parsed = parse_precision(precision)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "precision_facts" in cls.__dict__ and "precisions" not in cls.__dict__:
+            cls.precisions = tuple(facts.name for facts in cls.precision_facts)
+
+    def __init__(self, precision: str | ParsedPrecision) -> None:
+        parsed = precision if isinstance(precision, ParsedPrecision) else parse_precision(precision)
         if parsed.precision not in type(self).precisions:
             allowed = ", ".join(repr(p) for p in type(self).precisions)
             raise ConfigurationError(
-                f"precision: {type(self).__name__} trains in {allowed}, not {precision!r}"
+                f"precision: {type(self).__name__} trains in {allowed}, not {parsed.spelled!r}"
                 + (
                     " ('auto' is decided by the hardware: pass precision='auto' to "
                     "MixedPrecision or the Trainer instead of a mode object)."
@@ -167,8 +215,9 @@ class PrecisionMode:
     @classmethod
     def from_parsed(cls, parsed: ParsedPrecision, options: Mapping[str, Any]) -> PrecisionMode:
         """Build the mode for ``parsed`` with ``options`` (constructor keywords, the values
-        given). The default passes the spelling and the options to the constructor."""
-        return cls(parsed.spelled, **options)
+        given). The default passes ``parsed`` (read once, not parsed again) and the options
+        to the constructor."""
+        return cls(parsed, **options)  # type: ignore[call-arg]
 
     @classmethod
     def from_policy(cls, policy: Policy, options: Mapping[str, Any]) -> PrecisionMode:
@@ -212,9 +261,7 @@ class PrecisionMode:
     def measured_as(self) -> str:
         """The number format the doctor measures the autocast numerics in (``"bf16"`` for
         fp8 and bf16-true: every op outside their own machinery runs in bf16 autocast)."""
-        from ampkit.precision.policy import analysis_policy
-
-        return _FORMAT_OF[analysis_policy(self.name, "cpu").compute_dtype]
+        return _FORMAT_OF[precision_facts(self.name).compute_dtype]
 
     def resolve(
         self, device: torch.device | str | None = None, *, tf32: bool | None = None
@@ -225,6 +272,8 @@ class PrecisionMode:
             ConfigurationError, UnsupportedPrecisionError, MissingDependencyError: as
                 :func:`~ampkit.resolve_precision`.
         """
+        from ampkit.precision.policy import resolve_precision
+
         return resolve_precision(self.spelling, device, tf32=tf32)
 
     def bind(self, policy: Policy) -> PrecisionMode:

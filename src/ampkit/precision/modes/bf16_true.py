@@ -13,24 +13,30 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ampkit._stack import user_stacklevel
 from ampkit._validate import is_number
 from ampkit.errors import ConfigurationError, PrecisionWarning
-from ampkit.precision.bf16_true import LOST_UPDATES_WARN_AT
-from ampkit.precision.bf16_true.compensated import (
-    CompensatedOptimizer,
-    check_compensation,
-    check_state_precision,
+from ampkit.precision.modes.base import (
+    DoctorSection,
+    ModeField,
+    ModeOption,
+    PrecisionMode,
+    TrainingSetup,
 )
-from ampkit.precision.modes.base import DoctorSection, ModeField, PrecisionMode, TrainingSetup
-from ampkit.precision.policy import ParsedPrecision
+from ampkit.precision.spelling import ParsedPrecision, PrecisionFacts
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
 
 __all__ = ["Bf16True"]
+
+#: The default of ``warn_lost_above``: the share of a step's updates rounded away above which a
+#: run warns (:data:`ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT`, held equal by a test;
+#: written here so that reading the mode's defaults imports no torch).
+LOST_UPDATES_WARN_AT = 0.1
 
 #: How bf16-true keeps small weight updates, in the run summary's words.
 _COMPENSATION = {
@@ -66,6 +72,9 @@ class Bf16True(PrecisionMode):
             :data:`~ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT` (0.1). Stochastic rounding
             never warns (its rounded-away updates are kept in expectation).
 
+    ``ampkit train`` offers ``update_compensation``, ``state_precision`` and
+    ``warn_lost_above`` as flags (:attr:`cli_options`).
+
     Example::
 
         Trainer(model, opt, max_steps=10, precision=ampkit.Bf16True(update_compensation="stochastic"))
@@ -78,7 +87,40 @@ class Bf16True(PrecisionMode):
         PrecisionWarning: ``update_compensation="none"`` or ``state_precision="bf16"``.
     """
 
-    precisions: ClassVar[tuple[str, ...]] = ("bf16-true",)
+    precision_facts: ClassVar[tuple[PrecisionFacts, ...]] = (
+        # parameters, gradients and optimizer state in bf16 too, so no loss scaling
+        PrecisionFacts("bf16-true", compute_dtype="bfloat16", param_dtype="bfloat16"),
+    )
+    cli_options: ClassVar[tuple[ModeOption, ...]] = (
+        ModeOption(
+            "update_compensation",
+            str,
+            "Kahan-compensated or stochastically rounded weight updates, or none (warns: small "
+            "updates are lost).",
+            default="kahan",
+            choices=tuple(_COMPENSATION),
+        ),
+        ModeOption(
+            "state_precision",
+            str,
+            "keep the optimizer state of the bf16 weights in fp32, in bf16 with stochastic "
+            "rounding, in bf16 with a Kahan residual, or in plain bf16 (warns: AdamW's second "
+            "moment drifts up). Fixed for the run: a resume must keep it.",
+            default="fp32",
+            choices=tuple(_STATE),
+            added_later=True,
+        ),
+        ModeOption(
+            "warn_lost_above",
+            float,
+            "warn once when more than this share (0 to 1) of a logged step's weight or "
+            "optimizer-state updates was rounded away (stochastic rounding never warns). May "
+            "change on resume.",
+            default=LOST_UPDATES_WARN_AT,
+            on_resume="free",
+            metavar="SHARE",
+        ),
+    )
     options: ClassVar[Mapping[str, str]] = {
         "update_compensation": "update_compensation",
         "bf16_true_keep_fp32": "keep_fp32",
@@ -120,14 +162,20 @@ class Bf16True(PrecisionMode):
         state_precision: str | None = None,
         warn_lost_above: float = LOST_UPDATES_WARN_AT,
     ) -> None:
-        super().__init__("bf16-true")
+        super().__init__(ParsedPrecision("bf16-true", "bf16-true"))  # its own name: no parse
         if not is_number(warn_lost_above, 0.0, 1.0):
             raise ConfigurationError(
                 f"warn_lost_above: {warn_lost_above!r} is invalid. Use a share from 0 to 1 "
                 f"(default {LOST_UPDATES_WARN_AT}: warn when more than 10% of a step's updates "
-                "are rounded away)."
+                "are rounded away).",
+                argument="warn_lost_above",
             )
         self.warn_lost_above = float(warn_lost_above)
+        from ampkit.precision.bf16_true.compensated import (
+            check_compensation,
+            check_state_precision,
+        )
+
         if update_compensation is not None:
             check_compensation(update_compensation)
         if state_precision is not None:
@@ -204,6 +252,8 @@ class Bf16True(PrecisionMode):
         Raises:
             ConfigurationError: ``optimizer`` is not a ``torch.optim.Optimizer``.
         """
+        from ampkit.precision.bf16_true.compensated import CompensatedOptimizer
+
         if isinstance(optimizer, CompensatedOptimizer):
             return optimizer
         return CompensatedOptimizer(
@@ -214,6 +264,8 @@ class Bf16True(PrecisionMode):
 
     def measure_next_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Count the lost updates of the next step (read by :meth:`step_metrics`)."""
+        from ampkit.precision.bf16_true.compensated import CompensatedOptimizer
+
         if isinstance(optimizer, CompensatedOptimizer):
             optimizer.measure_next_step()
 
@@ -226,8 +278,10 @@ class Bf16True(PrecisionMode):
 
         Warns:
             PrecisionWarning: once per run for the weights and once for the state, when more
-                than :data:`~ampkit.precision.bf16_true.LOST_UPDATES_WARN_AT` were lost.
+                than ``warn_lost_above`` were lost.
         """
+        from ampkit.precision.bf16_true.compensated import CompensatedOptimizer
+
         lost = (
             optimizer.lost_updates(dict(names))
             if isinstance(optimizer, CompensatedOptimizer)

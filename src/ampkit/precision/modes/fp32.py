@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from ampkit.precision.modes.base import PrecisionMode
-from ampkit.precision.policy import ParsedPrecision
+from ampkit.precision.spelling import ParsedPrecision, PrecisionFacts
 
 __all__ = ["Fp32"]
 
@@ -20,10 +20,12 @@ class Fp32(PrecisionMode):
         Trainer(model, optimizer, max_steps=10, precision=ampkit.Fp32())
     """
 
-    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    precision_facts: ClassVar[tuple[PrecisionFacts, ...]] = (
+        PrecisionFacts("fp32", ("32", "32-true", "float32"), compute_dtype="float32"),
+    )
 
     def __init__(self) -> None:
-        super().__init__("fp32")
+        super().__init__(ParsedPrecision("fp32", "fp32"))  # its own name: nothing to parse
 
     @classmethod
     def from_parsed(cls, parsed: ParsedPrecision, options: Mapping[str, Any]) -> PrecisionMode:

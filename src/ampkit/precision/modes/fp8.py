@@ -14,22 +14,31 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-from torch import nn
-
 from ampkit._stack import user_stacklevel
 from ampkit.errors import ConfigurationError, PrecisionWarning
 from ampkit.precision.modes.base import DoctorSection, PrecisionMode, TrainingSetup
-from ampkit.precision.policy import FP8_RECIPES, ParsedPrecision, Policy, resolve_precision
+from ampkit.precision.spelling import ParsedPrecision, PrecisionFacts
 
 if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
     from ampkit.precision.fp8.planning import Fp8Plan
+    from ampkit.precision.policy import Policy
 
 __all__ = ["Fp8"]
 
+#: The torchao float8 recipe (``Float8LinearConfig.from_recipe_name``) each spelling names.
+_RECIPES = {
+    "fp8": "tensorwise",
+    "fp8-tensorwise": "tensorwise",
+    "fp8-rowwise": "rowwise",
+    "fp8-rowwise-gw-hp": "rowwise_with_gw_hp",
+}
+
 #: recipe -> the shortest spelling naming it (``tensorwise`` -> ``fp8``).
 _SPELLING: dict[str, str] = {}
-for _spelled, _recipe in FP8_RECIPES.items():
+for _spelled, _recipe in _RECIPES.items():
     _SPELLING.setdefault(_recipe, _spelled)
 
 
@@ -54,7 +63,15 @@ class Fp8(PrecisionMode):
         ConfigurationError: an unknown recipe, or a plan made for another recipe.
     """
 
-    precisions: ClassVar[tuple[str, ...]] = ("fp8",)
+    precision_facts: ClassVar[tuple[PrecisionFacts, ...]] = (
+        # every op that is not an fp8 Linear runs under bf16 autocast
+        PrecisionFacts(
+            "fp8",
+            tuple(s for s in _RECIPES if s != "fp8"),
+            compute_dtype="bfloat16",
+            recipes=_RECIPES,
+        ),
+    )
     options: ClassVar[Mapping[str, str]] = {"fp8_plan": "plan"}
 
     def __init__(
@@ -69,7 +86,7 @@ class Fp8(PrecisionMode):
             raise ConfigurationError(
                 f"recipe: {recipe!r} is unknown. Use one of {', '.join(map(repr, _SPELLING))}."
             )
-        super().__init__(_SPELLING[recipe])
+        super().__init__(ParsedPrecision("fp8", _SPELLING[recipe], recipe))  # no parse needed
         self.recipe = recipe
         self.emulate = bool(emulate)
         self.fsdp_float8_all_gather = fsdp_float8_all_gather
@@ -107,6 +124,8 @@ class Fp8(PrecisionMode):
     def resolve(
         self, device: torch.device | str | None = None, *, tf32: bool | None = None
     ) -> Policy:
+        from ampkit.precision.policy import resolve_precision
+
         return resolve_precision(self.spelling, device, tf32=tf32, emulate=self.emulate)
 
     def bind(self, policy: Policy) -> PrecisionMode:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ampkit.precision.modes.base import PrecisionMode
+from ampkit.precision.spelling import ParsedPrecision, PrecisionFacts
 
 __all__ = ["Mixed"]
 
@@ -29,7 +30,16 @@ class Mixed(PrecisionMode):
         ConfigurationError: ``precision`` is not fp16 or bf16 (or an alias).
     """
 
-    precisions: ClassVar[tuple[str, ...]] = ("fp16", "bf16")
+    precision_facts: ClassVar[tuple[PrecisionFacts, ...]] = (
+        # fp16's narrow exponent (max 65504, subnormals below 6e-5) needs dynamic loss scaling
+        PrecisionFacts(
+            "fp16",
+            ("fp16-mixed", "16-mixed", "float16"),
+            compute_dtype="float16",
+            uses_scaler=True,
+        ),
+        PrecisionFacts("bf16", ("bf16-mixed", "bfloat16"), compute_dtype="bfloat16"),
+    )
 
-    def __init__(self, precision: str = "bf16") -> None:
+    def __init__(self, precision: str | ParsedPrecision = "bf16") -> None:
         super().__init__(precision)
