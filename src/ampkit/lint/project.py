@@ -29,6 +29,7 @@ from pathlib import Path, PurePath
 from ampkit.lint.frameworks import precision_evidence
 from ampkit.lint.names import (
     AUTOCAST_APIS,
+    SCALER_APIS,
     Argument,
     Imports,
     Resolver,
@@ -45,6 +46,7 @@ __all__ = [
     "Wrapper",
     "module_name",
     "note_call",
+    "option_summary",
     "summarise",
     "wrapper_of",
 ]
@@ -66,9 +68,34 @@ class ModuleSummary:
     positional: dict[str, int] = field(default_factory=dict)
     #: names of the module-level classes (a subclass in another file follows their methods)
     classes: set[str] = field(default_factory=set)
+    #: ``add_argument`` options: dest -> (constant ``choices`` or None, constant default)
+    options: dict[str, tuple[tuple[object, ...] | None, object]] = field(default_factory=dict)
+    #: the module-level assignments (also inside module-level ``if``), as source text, for
+    #: flags read by other files (:mod:`ampkit.lint.pairing`)
+    flags: str = ""
+    #: whether the file builds a GradScaler
+    scaler: bool = False
 
 
 _WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
+_FLAG_WORDS = re.compile(r"amp|precision|fp16|bf16|float16|bfloat16|half|scal|dtype", re.I)
+_MAX_FLAG_VALUE = 300
+
+
+def _flag_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The module-level assignments of ``body`` (inside ``if`` too) that hold short values."""
+    kept: list[ast.stmt] = []
+    for stmt in body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            end = getattr(stmt.value, "end_lineno", None) or stmt.value.lineno
+            if end - stmt.value.lineno < 5:
+                kept.append(stmt)
+        elif isinstance(stmt, ast.If):
+            inner = _flag_statements(stmt.body)
+            other = _flag_statements(stmt.orelse)
+            if inner or other:
+                kept.append(ast.If(stmt.test, inner or [ast.Pass()], other))
+    return kept
 
 
 def _module_constants(tree: ast.Module) -> dict[str, ast.expr]:
@@ -253,6 +280,22 @@ def summarise(text: str) -> ModuleSummary | None:
         found = precision_evidence(call, table)
         if found is not None:
             summary.evidence.setdefault(found[0], set()).add(found[1])
+        func = call.func
+        if (
+            not summary.scaler
+            and "Scaler" in str(getattr(func, "attr", None) or getattr(func, "id", ""))
+            and table.qualname(func) in SCALER_APIS
+        ):
+            summary.scaler = True
+    if "add_argument" in text:
+        summary.options = option_summary(calls)
+    if _FLAG_WORDS.search(text):
+        kept = _flag_statements(tree.body)
+        if kept:
+            try:
+                summary.flags = ast.unparse(ast.Module(kept, []))
+            except (ValueError, RecursionError):
+                summary.flags = ""
     if _WORTH_RESOLVING.search(text):
         resolver = Resolver(
             table, {k: v for k, v in _module_constants(tree).items() if "." not in k}
@@ -267,6 +310,36 @@ def summarise(text: str) -> ModuleSummary | None:
                 if wrapper is not None:
                     summary.wrappers[stmt.name] = wrapper
     return summary
+
+
+def option_summary(calls: list[ast.Call]) -> dict[str, tuple[tuple[object, ...] | None, object]]:
+    """``add_argument`` options of a file: dest -> (constant ``choices`` or None, default)."""
+    found: dict[str, tuple[tuple[object, ...] | None, object]] = {}
+    for call in calls:
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "add_argument"):
+            continue
+        dest: str | None = None
+        for arg in call.args:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                if arg.value.startswith("--") or dest is None:
+                    dest = arg.value.lstrip("-").replace("-", "_")
+        choices: tuple[object, ...] | None = None
+        default: object = None
+        for kw in call.keywords:
+            if kw.arg == "dest" and isinstance(kw.value, ast.Constant):
+                dest = str(kw.value.value)
+            elif kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple, ast.Set)):
+                if all(isinstance(e, ast.Constant) for e in kw.value.elts):
+                    choices = tuple(e.value for e in kw.value.elts)  # type: ignore[attr-defined]
+            elif kw.arg == "default" and isinstance(kw.value, ast.Constant):
+                default = kw.value.value
+            elif kw.arg == "action" and isinstance(kw.value, ast.Constant):
+                if kw.value.value in ("store_true", "store_false"):
+                    choices = (True, False)
+        if dest:
+            found[dest] = (choices, default)
+    return found
 
 
 def module_name(path: PurePath, root: PurePath) -> str:
@@ -293,6 +366,9 @@ class ProjectIndex:
         self.evidence: dict[str, set[str]] = defaultdict(set)
         self.set_keywords: set[str] = set()
         self.positional: dict[str, int] = {}
+        self.options: dict[str, tuple[tuple[object, ...] | None, object]] = {}
+        #: whether some file of the tree builds a GradScaler
+        self.any_scaler = False
         #: per-process store of what the analysis derived from other files of the tree (the
         #: parsed base-class files of :mod:`ampkit.lint.inherit`); empty when sent to a worker
         self.cache: dict[str, object] = {}
@@ -304,6 +380,9 @@ class ProjectIndex:
             for family, seen in summary.evidence.items():
                 self.evidence[family] |= seen
             self.set_keywords |= summary.set_keywords
+            for dest, option in summary.options.items():
+                self.options.setdefault(dest, option)
+            self.any_scaler = self.any_scaler or summary.scaler
             for callee, count in summary.positional.items():
                 if count > self.positional.get(callee, -1):
                     self.positional[callee] = count
@@ -368,6 +447,25 @@ class ProjectView:
     def positional(self) -> dict[str, int]:
         """Callee name -> the most positional arguments a call in the tree passes it."""
         return self.index.positional
+
+    @property
+    def options(self) -> dict[str, tuple[tuple[object, ...] | None, object]]:
+        """``add_argument`` options of the tree: dest -> (``choices`` or None, default)."""
+        return self.index.options
+
+    @property
+    def any_scaler(self) -> bool:
+        """Whether some file of the tree builds a GradScaler."""
+        return self.index.any_scaler
+
+    def bindings(self, qualname: str) -> tuple[str, str, str] | None:
+        """``(module-level assignments as text, name there, path)`` of the tree's module
+        ``qualname`` lives in; ``None`` when the tree has no such module or it binds nothing."""
+        found = self._entry(qualname)
+        if found is None or found[0][1] == self.path or not found[0][2].flags:
+            return None
+        (_, path, summary), name = found
+        return summary.flags, name, path
 
     def _absolute(self, qualname: str) -> str:
         """``.utils.f`` (relative, from ``pkg.train``) -> ``pkg.utils.f``."""

@@ -131,8 +131,18 @@ class FloatSixteenWithoutScaler(Rule):
                 continue  # a backward without an optimizer step is a gradient check, not training
             for a in unit.of("autocast"):
                 info = _info(a)
-                if FP16 not in info.dtypes or a.ctx.grad_free:
-                    continue  # no fp16, or nothing under it is differentiated
+                if a.ctx.grad_free:
+                    continue  # nothing under it is differentiated
+                when = ""
+                if FP16 not in info.dtypes or len(info.dtypes) > 1:
+                    if FP16 not in info.dtypes and (info.dtypes or not analysis.no_scaler_anywhere):
+                        continue  # no fp16
+                    answer = analysis.pairing.fp16_possible(a)
+                    if answer.verdict == "never" or (
+                        answer.verdict == "unknown" and FP16 not in info.dtypes
+                    ):
+                        continue  # the flags and options never choose fp16 here
+                    when = answer.when()
                 if analysis.flag_off(info.enabled, a.node):
                     continue  # ``enabled=use_amp`` where nothing sets use_amp
                 if unit.node is analysis.tree and not a.ctx.inlined:
@@ -154,8 +164,9 @@ class FloatSixteenWithoutScaler(Rule):
                     ):
                         continue  # a framework that may scale the loss itself
                     message = (
-                        "float16 autocast is used for training without a GradScaler; small "
-                        "gradients underflow to zero (add torch.amp.GradScaler or use bfloat16)"
+                        f"float16 autocast is used for training without a GradScaler{when}; "
+                        "small gradients underflow to zero (add torch.amp.GradScaler or use "
+                        "bfloat16)"
                     )
                     if isinstance(framework, str):
                         message += f"; {_FRAMEWORK_HINTS[framework]}"
@@ -271,28 +282,76 @@ class ScalerWithBfloat16(Rule):
     summary = "A GradScaler combined with bfloat16 autocast (not needed)."
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        facts = analysis.facts
         for unit in analysis.units:
             regions = unit.of("autocast")
-            if not regions or any(_info(a).dtype != BF16 for a in regions):
+            if not regions:
                 continue
-            used = (
-                unit.of("scale")
-                + [b for b in unit.of("backward") if b.scaled]
-                + unit.of("scaler_step")
-            )
-            if not used:
+            scales = unit.of("scale")
+            fed = {id(s.node) for b in unit.of("backward") for s in _scales_of(b)}
+            uses = [s for s in scales] + [
+                b for b in unit.of("backward") if b.scaled and not _scales_of(b)
+            ]
+            uses = sorted(uses, key=lambda e: e.order) or list(unit.of("scaler_step"))
+            if not uses:
                 continue
-            keys = {e.obj for e in used if e.obj is not None}
-            keys |= {k for k in facts.scaler_keys if k in facts.scaled_keys or k in keys}
-            ctors = [facts.scaler_keys[k] for k in keys if facts.scaler_keys.get(k) is not None]
-            if any(facts.resolver.scaler_enabled(c) != "yes" for c in ctors if c is not None):
-                continue
-            yield self.finding(
-                analysis,
-                min(used, key=lambda e: e.order).node,
-                "GradScaler used with bfloat16 autocast; bfloat16 does not need loss scaling",
-            )
+            del fed
+            unknown = False
+            for use in uses:
+                answer = analysis.pairing.scaler_with_bf16(_paired_regions(unit, use), use)
+                if answer.verdict == "bad":
+                    yield self.finding(
+                        analysis,
+                        use.node,
+                        "GradScaler used with bfloat16 autocast"
+                        f"{answer.when()}; bfloat16 does not need loss scaling",
+                    )
+                    break
+                unknown = unknown or answer.verdict == "unknown"
+            else:
+                if unknown:
+                    yield from self._single_value(analysis, unit)
+
+    def _single_value(self, analysis: FileAnalysis, unit: Unit) -> Iterator[Finding]:
+        """The judgement without following flags: every region of the unit is statically
+        bfloat16 and every scaler it uses is built enabled (or comes from elsewhere)."""
+        facts = analysis.facts
+        regions = unit.of("autocast")
+        if any(_info(a).dtype != BF16 for a in regions):
+            return
+        used = (
+            unit.of("scale") + [b for b in unit.of("backward") if b.scaled] + unit.of("scaler_step")
+        )
+        keys = {e.obj for e in used if e.obj is not None}
+        keys |= {k for k in facts.scaler_keys if k in facts.scaled_keys or k in keys}
+        ctors = [facts.scaler_keys[k] for k in keys if facts.scaler_keys.get(k) is not None]
+        if any(facts.resolver.scaler_enabled(c) != "yes" for c in ctors if c is not None):
+            return
+        yield self.finding(
+            analysis,
+            min(used, key=lambda e: e.order).node,
+            "GradScaler used with bfloat16 autocast; bfloat16 does not need loss scaling",
+        )
+
+
+def _scales_of(backward: Event) -> list[Event]:
+    scales = backward.extra.get("scales")
+    return [e for e in scales if isinstance(e, Event)] if isinstance(scales, list) else []
+
+
+def _paired_regions(unit: Unit, use: Event) -> list[Event]:
+    """The autocast regions whose values ``use`` can scale: those before it in its iteration
+    and after the previous backward (all of the unit's when none comes before)."""
+    before = [
+        a for a in unit.related(use, "autocast") if a.order < use.order and not exclusive(a, use)
+    ]
+    backs = [
+        b.order
+        for b in unit.related(use, "backward")
+        if b.order < use.order and not exclusive(b, use) and b is not use
+    ]
+    if backs:
+        before = [a for a in before if a.order > max(backs)]
+    return before or list(unit.of("autocast"))
 
 
 @register
