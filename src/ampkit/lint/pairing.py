@@ -293,19 +293,42 @@ class Pairing:
             return None
 
     def _condition(self, question: Callable[[], bool], assignment: dict[str, object]) -> str:
-        """The atoms of a bad assignment that matter: one whose every other value is bad
-        too is left out."""
+        """The atoms of a bad assignment that matter. An atom is left out when no value of
+        it, together with any values of the atoms already left out, is known to be fine."""
         self._run(question, assignment)
         read = list(dict.fromkeys(self._read))
+        dropped: list[str] = []
         kept: list[str] = []
         for atom in read:
-            others = [v for v in self._domain_of(atom) if v != assignment[atom]]
-            rest = {k: v for k, v in assignment.items() if k != atom}
-            if others and all(self._run(question, {**rest, atom: v}) is True for v in others):
-                continue
-            kept.append(atom)
+            free = [*dropped, atom]
+            combos: list[dict[str, object]] = [{}]
+            for name in free:
+                combos = [{**c, name: v} for c in combos for v in self._domain_of(name)]
+                if len(combos) > _MAX_RUNS // 4:
+                    break
+            if len(combos) <= _MAX_RUNS // 4 and not any(
+                self._some_fine(question, {**assignment, **combo}) for combo in combos
+            ):
+                dropped.append(atom)
+            else:
+                kept.append(atom)
         self._run(question, assignment)
         return " and ".join(_show(a, assignment[a]) for a in kept)
+
+    def _some_fine(self, question: Callable[[], bool], assignment: dict[str, object]) -> bool:
+        """Whether some completion of ``assignment`` is known to be fine (the question
+        false), the atoms it does not assign taking each of their values."""
+        stack = [assignment]
+        runs = 0
+        while stack and runs < _MAX_RUNS // 4:
+            runs += 1
+            current = stack.pop()
+            outcome = self._run(question, current)
+            if isinstance(outcome, _Need):
+                stack.extend({**current, outcome.atom: v} for v in outcome.domain)
+            elif outcome is False:
+                return True
+        return False
 
     # -- places --------------------------------------------------------------------------------
     def _statement(self, node: ast.AST) -> ast.stmt | None:
@@ -356,6 +379,7 @@ class Pairing:
             raise _Unknown("autocast")
         at = self._where(call) or where
         fixed = AUTOCAST_APIS[api]
+        read = len(self._read)
         if fixed is None:
             device = self._eval_or(call_argument(call, 0, "device_type"), at)
             dtype_node = call_argument(call, 1, "dtype")
@@ -369,7 +393,11 @@ class Pairing:
         if dtype_node is None:
             if not isinstance(device, str):
                 raise _Unknown("device")
-            return DEFAULT_DTYPE.get(device.split(":", 1)[0])
+            device = device.split(":", 1)[0]
+            if len(self._read) > read and device != "cuda":
+                # a device chosen at run time: off CUDA, a CUDA GradScaler disables itself
+                return None
+            return DEFAULT_DTYPE.get(device)
         value = self._eval(dtype_node, at)
         if isinstance(value, _Dtype):
             return value.name
@@ -577,11 +605,11 @@ class Pairing:
             and item is not method
             and any(b.scope is item for b in self.home.by_key.get(key, ()))
         ]
-        if not binders:
+        if len(binders) != 1:
+            # none, or set in several methods (``None`` in ``__init__``, the object in
+            # ``setup``): which one ran last is not known here
             return self._atom(atom)
-        init = [m for m in binders if m.name == "__init__"]
-        chosen = init[0] if init else binders[0]
-        return self._lookup(key, _Where(self.home, chosen, _END), atom)
+        return self._lookup(key, _Where(self.home, binders[0], _END), atom)
 
     def _foreign_value(self, key: str, atom: ast.AST, depth: int) -> object:
         """The value of a name imported from another module of the tree, by that module's
