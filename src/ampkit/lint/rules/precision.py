@@ -90,6 +90,14 @@ class FloatSixteenWithoutScaler(Rule):
     trained weights are thrown away. A GradScaler built with a literal ``enabled=False``
     scales nothing, so it does not count as one.
 
+    A dtype chosen by a flag or an option counts when some value of it is float16, and the
+    message names it ("when `amp_dtype` is 'float16'"): ``torch.float16 if args.fp16 else
+    torch.bfloat16`` and ``{...}[args.dtype]`` (a float16 written in the file), and
+    ``getattr(torch, args.amp_dtype)`` with an ``add_argument`` of that name whose
+    ``choices=`` include ``float16`` (in any file of the tree; this one only when no file of
+    the tree builds a GradScaler). Choices that leave float16 out (bfloat16 and float32) are
+    silent, also when a float16 arm is written.
+
     Bad::
 
         with torch.autocast("cuda", dtype=torch.float16):
@@ -261,6 +269,21 @@ class ScalerWithBfloat16(Rule):
     bfloat16 has the exponent range of fp32, so gradients do not underflow and loss scaling
     is not needed. The scaler adds an inf/NaN check and a multiply per step for nothing and
     makes the code look like fp16 training.
+
+    Each scaled backward is paired with the autocast regions before it in its iteration, and
+    each name with the binding that reaches it (a scaler rebound for a later bfloat16 section,
+    ``if x: scaler = GradScaler() else: scaler = None``). When flags or a config decide the
+    pairing (``GradScaler(enabled=use_amp)`` next to ``autocast(dtype=torch.bfloat16,
+    enabled=use_amp)``; ``amp_dtype = torch.bfloat16 if cfg.amp_bf16 else torch.float16``;
+    ``if dtype == "bfloat16": mixed_precision = True`` then ``GradScaler() if
+    mixed_precision else None``, also in another file of the tree), it is reported when some
+    value of those flags makes the scaler enabled with a bfloat16 region, and the message names
+    that condition ("when `use_amp` is true and `amp_bf16` is true"). A flag the code does not
+    decide takes the values of its ``add_argument`` ``choices=``, else the constants it is
+    compared with, else true and false. A scaler enabled by the dtype itself
+    (``enabled=(amp_dtype == torch.float16)``, ``enabled=not bf16``) is never paired with
+    bfloat16 and is silent, as is an autocast whose device is chosen at run time with its
+    default dtype (off CUDA, a CUDA GradScaler disables itself).
 
     Bad::
 
