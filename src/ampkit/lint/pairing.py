@@ -229,6 +229,11 @@ class Pairing:
         # one run's state
         self._assignment: dict[str, object] = {}
         self._read: list[str] = []
+        #: atoms read only to decide whether a place is reached (``if __name__ ...``,
+        #: ``if torch.cuda.is_available():``): named in a message only when nothing else is
+        self._context: set[str] = set()
+        self._decided: set[str] = set()
+        self._reaching = 0
         self._memo: dict[tuple[int, str, int, tuple[int, int]], object] = {}
         self._active: set[tuple[int, str, int, tuple[int, int]]] = set()
 
@@ -283,6 +288,8 @@ class Pairing:
         """True/False, ``None`` (unknown) or the :class:`_Need` of an unassigned atom."""
         self._assignment = assignment
         self._read = []
+        self._context = set()
+        self._decided = set()
         self._memo = {}
         self._active = set()
         try:
@@ -313,7 +320,8 @@ class Pairing:
             else:
                 kept.append(atom)
         self._run(question, assignment)
-        return " and ".join(_show(a, assignment[a]) for a in kept)
+        decided = [a for a in kept if a in self._decided]
+        return " and ".join(_show(a, assignment[a]) for a in decided or kept)
 
     def _some_fine(self, question: Callable[[], bool], assignment: dict[str, object]) -> bool:
         """Whether some completion of ``assignment`` is known to be fine (the question
@@ -359,7 +367,11 @@ class Pairing:
 
     def _reached(self, where: _Where) -> bool:
         """Whether the conditions around a statement of the linted file hold."""
-        return self._tests_hold(where.tests, where)
+        self._reaching += 1
+        try:
+            return self._tests_hold(where.tests, where)
+        finally:
+            self._reaching -= 1
 
     def _tests_hold(self, tests: tuple[tuple[ast.expr, bool], ...], where: _Where) -> bool:
         return all(_truth(self._eval(test, where)) is polarity for test, polarity in tests)
@@ -379,18 +391,19 @@ class Pairing:
             raise _Unknown("autocast")
         at = self._where(call) or where
         fixed = AUTOCAST_APIS[api]
-        read = len(self._read)
         if fixed is None:
-            device = self._eval_or(call_argument(call, 0, "device_type"), at)
             dtype_node = call_argument(call, 1, "dtype")
             enabled_node = call_argument(call, 2, "enabled")
         else:
-            device = fixed
             enabled_node = call_argument(call, 0, "enabled")
             dtype_node = call_argument(call, 1, "dtype")
         if enabled_node is not None and not _truth(self._eval(enabled_node, at)):
             return None
         if dtype_node is None:
+            read = len(self._read)
+            device: object = fixed
+            if fixed is None:
+                device = self._eval_or(call_argument(call, 0, "device_type"), at)
             if not isinstance(device, str):
                 raise _Unknown("device")
             device = device.split(":", 1)[0]
@@ -421,6 +434,10 @@ class Pairing:
     def _atom(self, node: ast.AST) -> object:
         name = _identity(node)
         self._read.append(name)
+        if self._reaching:
+            self._context.add(name)
+        else:
+            self._decided.add(name)
         if name in self._assignment:
             return self._assignment[name]
         raise _Need(name, self._domain_of(name))
@@ -462,6 +479,8 @@ class Pairing:
             raise _Unknown("depth")
         if isinstance(node, ast.Constant):
             return node.value
+        if isinstance(node, ast.Name) and node.id == "__name__":
+            return "__main__"  # a script is run
         if isinstance(node, (ast.Name, ast.Attribute)):
             text = dotted_key(node)
             qual = self.facts.imports.qualname(node) if where.source.linted else text
