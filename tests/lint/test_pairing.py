@@ -135,3 +135,34 @@ def test_rebinding_is_judged_by_the_binding_that_reaches_the_use() -> None:
     found = [f.line for f in check_source(disabled_first, "t.py") if f.code == "AMP008"]
     if found:
         raise AssertionError(found)
+
+
+_LITERAL = """
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+
+@dataclass
+class Config:
+    amp_dtype: Literal[{choices}] = "bfloat16"
+
+
+def train(cfg: Config, model, loader, optimizer):
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=getattr(torch, cfg.amp_dtype)):
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_literal_config_field_gives_the_choices() -> None:
+    fp16 = check_source(_LITERAL.format(choices='"bfloat16", "float16"'), "t.py")
+    found = [f.message for f in fp16 if f.code == "AMP002"]
+    if len(found) != 1 or "when `amp_dtype` is 'float16'" not in found[0]:
+        raise AssertionError(found)
+    bf16 = check_source(_LITERAL.format(choices='"bfloat16", "float32"'), "t.py")
+    if any(f.code == "AMP002" for f in bf16):
+        raise AssertionError("a Literal without float16 was taken for float16")

@@ -15,7 +15,8 @@ combination of the values they read and that the code does not decide itself (a 
   use_amp`` and ``args.use_amp`` are both `use_amp`). Its possible values are the choices of
   an ``add_argument`` option of that name in the tree (``choices=`` only: a closed set),
   else the constants the file compares it with or looks it up by (plus the option's
-  default, plus "another value"), else true and false.
+  default, plus "another value"), else true and false; a config field annotated
+  ``Literal[...]`` gives its choices as an option does.
 
 An answer is ``bad`` with the smallest condition found (``when `use_amp` is true``),
 ``never`` (no combination makes it: ``GradScaler(enabled=(amp_dtype == torch.float16))``),
@@ -223,7 +224,10 @@ class Pairing:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     self._classes[id(item)] = node  # type: ignore[assignment]
         self._foreign: dict[str, _Source | None] = {}
-        options = option_summary(self.facts.of_type(ast.Call))  # type: ignore[arg-type]
+        options = option_summary(
+            self.facts.of_type(ast.Call),  # type: ignore[arg-type]
+            self.facts.of_type(ast.AnnAssign),  # type: ignore[arg-type]
+        )
         self.options = dict(project.options) if project is not None else {}
         self.options.update(options)
         # one run's state

@@ -264,12 +264,15 @@ def summarise(text: str) -> ModuleSummary | None:
     summary = ModuleSummary()
     imports: list[ast.AST] = []
     calls: list[ast.Call] = []
+    fields: list[ast.AnnAssign] = []
     try:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 calls.append(node)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 imports.append(node)
+            elif isinstance(node, ast.AnnAssign):
+                fields.append(node)
     except RecursionError:
         return None
     imports.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
@@ -287,8 +290,8 @@ def summarise(text: str) -> ModuleSummary | None:
             and table.qualname(func) in SCALER_APIS
         ):
             summary.scaler = True
-    if "add_argument" in text:
-        summary.options = option_summary(calls)
+    if "add_argument" in text or "Literal" in text:
+        summary.options = option_summary(calls, fields)
     if _FLAG_WORDS.search(text):
         kept = _flag_statements(tree.body)
         if kept:
@@ -312,9 +315,28 @@ def summarise(text: str) -> ModuleSummary | None:
     return summary
 
 
-def option_summary(calls: list[ast.Call]) -> dict[str, tuple[tuple[object, ...] | None, object]]:
-    """``add_argument`` options of a file: dest -> (constant ``choices`` or None, default)."""
+def option_summary(
+    calls: list[ast.Call], fields: list[ast.AnnAssign] | None = None
+) -> dict[str, tuple[tuple[object, ...] | None, object]]:
+    """The options of a file: dest -> (constant ``choices`` or None, default), from its
+    ``add_argument`` calls and its ``Literal`` fields (``precision: Literal["bf16", "fp32"]
+    = "bf16"`` in a config class)."""
     found: dict[str, tuple[tuple[object, ...] | None, object]] = {}
+    for node in fields or ():
+        annotation = node.annotation
+        if not (
+            isinstance(node.target, ast.Name)
+            and isinstance(annotation, ast.Subscript)
+            and (getattr(annotation.value, "id", None) or getattr(annotation.value, "attr", ""))
+            == "Literal"
+        ):
+            continue
+        items = (
+            annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        )
+        if all(isinstance(e, ast.Constant) for e in items):
+            initial = node.value.value if isinstance(node.value, ast.Constant) else None
+            found[node.target.id] = (tuple(e.value for e in items), initial)  # type: ignore[attr-defined]
     for call in calls:
         func = call.func
         if not (isinstance(func, ast.Attribute) and func.attr == "add_argument"):

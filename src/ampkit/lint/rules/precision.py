@@ -94,8 +94,8 @@ class FloatSixteenWithoutScaler(Rule):
     message names it ("when `amp_dtype` is 'float16'"): ``torch.float16 if args.fp16 else
     torch.bfloat16`` and ``{...}[args.dtype]`` (a float16 written in the file), and
     ``getattr(torch, args.amp_dtype)`` with an ``add_argument`` of that name whose
-    ``choices=`` include ``float16`` (in any file of the tree; this one only when no file of
-    the tree builds a GradScaler). Choices that leave float16 out (bfloat16 and float32) are
+    ``choices=`` include ``float16``, or a config field ``amp_dtype: Literal[...]`` that does
+    (in any file of the tree; this one only when no file of the tree builds a GradScaler). Choices that leave float16 out (bfloat16 and float32) are
     silent, also when a float16 arm is written.
 
     Bad::
