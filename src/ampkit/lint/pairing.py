@@ -107,7 +107,7 @@ class _Source:
     def __init__(self, linted: bool) -> None:
         self.linted = linted
         self.by_key: dict[str, list[_Binding]] = {}
-        #: statement id -> (scope, enclosing conditions, position)
+        #: statement id -> (scope, the conditions around it)
         self.places: dict[int, tuple[ast.AST | None, tuple[tuple[ast.expr, bool], ...]]] = {}
 
     def add(self, binding: _Binding) -> None:

@@ -309,15 +309,13 @@ class ScalerWithBfloat16(Rule):
             regions = unit.of("autocast")
             if not regions:
                 continue
-            scales = unit.of("scale")
-            fed = {id(s.node) for b in unit.of("backward") for s in _scales_of(b)}
-            uses = [s for s in scales] + [
+            # each scale call, and each scaled backward whose scale call is not in the flow
+            uses = list(unit.of("scale")) + [
                 b for b in unit.of("backward") if b.scaled and not _scales_of(b)
             ]
             uses = sorted(uses, key=lambda e: e.order) or list(unit.of("scaler_step"))
             if not uses:
                 continue
-            del fed
             unknown = False
             for use in uses:
                 answer = analysis.pairing.scaler_with_bf16(_paired_regions(unit, use), use)
