@@ -166,3 +166,28 @@ def test_literal_config_field_gives_the_choices() -> None:
     bf16 = check_source(_LITERAL.format(choices='"bfloat16", "float32"'), "t.py")
     if any(f.code == "AMP002" for f in bf16):
         raise AssertionError("a Literal without float16 was taken for float16")
+
+
+def test_dtype_parameter_value_is_named() -> None:
+    (message,) = _messages("flag_dtype_parameter_given_bf16.py", "AMP008")
+    if "`amp_dtype` is torch.bfloat16" not in message or "`enable_amp` is true" not in message:
+        raise AssertionError(message)
+
+
+def test_torch_calls_do_not_give_a_parameter_its_dtype() -> None:
+    text = """
+import torch
+
+
+def fit(model, loader, optimizer, dtype):
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=dtype):
+            loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+
+
+buffer = torch.zeros(4, dtype=torch.float16)
+"""
+    if any(f.code == "AMP002" for f in check_source(text, "t.py")):
+        raise AssertionError("torch.zeros(dtype=torch.float16) was taken for the autocast dtype")

@@ -254,7 +254,8 @@ Shapes 1 and 2 (after the figures below were measured; see AMP008 and AMP002 for
 rules): a pairing decided by a flag or a config is judged under every value of the flags it
 reads, and a name by the binding that reaches its use (`flag_scaler_and_bf16_autocast_same_flag.py`,
 `flag_amp_dtype_from_config.py`, `flag_mixed_precision_set_by_dtype.py`,
-`config_dtype_choices_fp16.py`, `scaler_rebound_for_bf16.py`, `scaler_conditional_binding.py`,
+`config_dtype_choices_fp16.py`, `flag_dtype_parameter_given_bf16.py`,
+`scaler_rebound_for_bf16.py`, `scaler_conditional_binding.py`,
 `projects/flag_config/`; silent: `fp_scaler_enabled_by_dtype.py`,
 `config_dtype_choices_bf16.py`, `fp_scaler_conditional_binding.py`). Not done: the
 dummy-scaler class or a caller-scaled parameter defined in another file of the project

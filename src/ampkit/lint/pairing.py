@@ -16,7 +16,9 @@ combination of the values they read and that the code does not decide itself (a 
   an ``add_argument`` option of that name in the tree (``choices=`` only: a closed set),
   else the constants the file compares it with or looks it up by (plus the option's
   default, plus "another value"), else true and false; a config field annotated
-  ``Literal[...]`` gives its choices as an option does.
+  ``Literal[...]`` gives its choices as an option does, and the torch dtypes the tree's
+  own calls pass it by keyword (``fit(..., amp_dtype=torch.bfloat16)``) or the file binds
+  to a name of it (``cfg.amp_dtype = torch.bfloat16``) are values of it too.
 
 An answer is ``bad`` with the smallest condition found (``when `use_amp` is true``),
 ``never`` (no combination makes it: ``GradScaler(enabled=(amp_dtype == torch.float16))``),
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from ampkit.lint.events import Event
 from ampkit.lint.facts import FileFacts
 from ampkit.lint.names import AUTOCAST_APIS, BF16, DEFAULT_DTYPE, DTYPES, call_argument, dotted_key
-from ampkit.lint.project import ProjectView, option_summary
+from ampkit.lint.project import ProjectView, note_dtype_keywords, option_summary
 
 __all__ = ["Answer", "Pairing"]
 
@@ -205,6 +207,8 @@ def _show(atom: str, value: object) -> str:
         return f"`{atom}` is false"
     if value is OTHER:
         return f"`{atom}` is another value"
+    if isinstance(value, _Dtype):
+        return f"`{atom}` is torch.{value.name}"
     return f"`{atom}` is {value!r}"
 
 
@@ -230,6 +234,7 @@ class Pairing:
         )
         self.options = dict(project.options) if project is not None else {}
         self.options.update(options)
+        self._dtype_values: dict[str, set[str]] | None = None
         # one run's state
         self._assignment: dict[str, object] = {}
         self._read: list[str] = []
@@ -238,8 +243,8 @@ class Pairing:
         self._context: set[str] = set()
         self._decided: set[str] = set()
         self._reaching = 0
-        self._memo: dict[tuple[int, str, int, tuple[int, int]], object] = {}
-        self._active: set[tuple[int, str, int, tuple[int, int]]] = set()
+        self._memo: dict[tuple[int, str, int, tuple[int, int], bool], object] = {}
+        self._active: set[tuple[int, str, int, tuple[int, int], bool]] = set()
 
     # -- the questions ------------------------------------------------------------------
     def scaler_with_bf16(self, regions: list[Event], use: Event) -> Answer:
@@ -454,9 +459,28 @@ class Pairing:
         if option is not None and option[1] is not None:
             seen.add(option[1])
         seen.discard(None)
+        seen.update(_Dtype(d) for d in self._dtypes_given().get(name, ()))
         if not seen or seen <= {True, False}:
             return (True, False)
         return (*sorted(seen, key=repr), OTHER)
+
+    def _dtypes_given(self) -> dict[str, set[str]]:
+        """Name -> the torch dtypes the tree gives it: by keyword in a call, or bound to a
+        key of that last name in this file (``cfg.amp_dtype = torch.bfloat16``)."""
+        if self._dtype_values is None:
+            found: dict[str, set[str]] = {}
+            if self.project is not None:
+                for keyword, dtypes in self.project.dtype_keywords.items():
+                    found.setdefault(keyword, set()).update(dtypes)
+            for call in self.facts.of_type(ast.Call):
+                note_dtype_keywords(call, self.facts.imports, found)  # type: ignore[arg-type]
+            for key, values in self.facts.assignments.items():
+                for value in values:
+                    name = self.facts.imports.qualname(value)
+                    if name in DTYPES:
+                        found.setdefault(key.rsplit(".", 1)[-1], set()).add(DTYPES[name])
+            self._dtype_values = found
+        return self._dtype_values
 
     def _compared(self) -> dict[str, set[object]]:
         """Atom name -> the constants the file compares it with or looks it up by."""
@@ -575,7 +599,7 @@ class Pairing:
         self, key: str, where: _Where, node: ast.AST | None = None, depth: int = 0
     ) -> object:
         """The value of ``key`` read at ``where``: see the module docstring."""
-        memo = (id(where.source), key, id(where.scope), where.pos)
+        memo = (id(where.source), key, id(where.scope), where.pos, self._reaching > 0)
         if memo in self._memo:
             return self._memo[memo]
         if memo in self._active or len(self._active) > _MAX_DEPTH:

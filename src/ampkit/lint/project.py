@@ -29,6 +29,7 @@ from pathlib import Path, PurePath
 from ampkit.lint.frameworks import precision_evidence
 from ampkit.lint.names import (
     AUTOCAST_APIS,
+    DTYPES,
     SCALER_APIS,
     Argument,
     Imports,
@@ -46,6 +47,7 @@ __all__ = [
     "Wrapper",
     "module_name",
     "note_call",
+    "note_dtype_keywords",
     "option_summary",
     "summarise",
     "wrapper_of",
@@ -75,6 +77,8 @@ class ModuleSummary:
     flags: str = ""
     #: whether the file builds a GradScaler
     scaler: bool = False
+    #: keyword -> the torch dtypes calls pass it (``fit(..., amp_dtype=torch.bfloat16)``)
+    dtype_keywords: dict[str, set[str]] = field(default_factory=dict)
 
 
 _WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
@@ -283,6 +287,7 @@ def summarise(text: str) -> ModuleSummary | None:
         found = precision_evidence(call, table)
         if found is not None:
             summary.evidence.setdefault(found[0], set()).add(found[1])
+        note_dtype_keywords(call, table, summary.dtype_keywords)
         func = call.func
         if (
             not summary.scaler
@@ -313,6 +318,32 @@ def summarise(text: str) -> ModuleSummary | None:
                 if wrapper is not None:
                     summary.wrappers[stmt.name] = wrapper
     return summary
+
+
+_TENSOR_METHODS = frozenset(
+    {"to", "type", "astype", "view", "zeros", "ones", "empty", "full", "tensor", "randn",
+     "rand", "arange", "as_tensor", "new_zeros", "new_ones", "new_empty", "new_full",
+     "new_tensor", "autocast"}
+)  # fmt: skip
+
+
+def note_dtype_keywords(call: ast.Call, imports: Imports, found: dict[str, set[str]]) -> None:
+    """Record the torch dtypes a call of the project's own code passes by keyword
+    (``fit(..., amp_dtype=torch.bfloat16)``); torch's calls and tensor methods
+    (``torch.zeros(n, dtype=torch.float16)``, ``x.to(dtype=...)``) say nothing of them."""
+    if not call.keywords:
+        return
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _TENSOR_METHODS:
+        return
+    callee = imports.qualname(func)
+    if callee is not None and callee.split(".", 1)[0] in ("torch", "numpy", "np"):
+        return
+    for kw in call.keywords:
+        if kw.arg is not None and isinstance(kw.value, ast.Attribute):
+            name = imports.qualname(kw.value)
+            if name in DTYPES:
+                found.setdefault(kw.arg, set()).add(DTYPES[name])
 
 
 def option_summary(
@@ -389,6 +420,7 @@ class ProjectIndex:
         self.set_keywords: set[str] = set()
         self.positional: dict[str, int] = {}
         self.options: dict[str, tuple[tuple[object, ...] | None, object]] = {}
+        self.dtype_keywords: dict[str, set[str]] = defaultdict(set)
         #: whether some file of the tree builds a GradScaler
         self.any_scaler = False
         #: per-process store of what the analysis derived from other files of the tree (the
@@ -405,6 +437,8 @@ class ProjectIndex:
             for dest, option in summary.options.items():
                 self.options.setdefault(dest, option)
             self.any_scaler = self.any_scaler or summary.scaler
+            for keyword, dtypes in summary.dtype_keywords.items():
+                self.dtype_keywords[keyword] |= dtypes
             for callee, count in summary.positional.items():
                 if count > self.positional.get(callee, -1):
                     self.positional[callee] = count
@@ -474,6 +508,11 @@ class ProjectView:
     def options(self) -> dict[str, tuple[tuple[object, ...] | None, object]]:
         """``add_argument`` options of the tree: dest -> (``choices`` or None, default)."""
         return self.index.options
+
+    @property
+    def dtype_keywords(self) -> dict[str, set[str]]:
+        """Keyword -> the torch dtypes calls of the tree pass it."""
+        return self.index.dtype_keywords
 
     @property
     def any_scaler(self) -> bool:

@@ -279,8 +279,10 @@ class ScalerWithBfloat16(Rule):
     mixed_precision else None``, also in another file of the tree), it is reported when some
     value of those flags makes the scaler enabled with a bfloat16 region, and the message names
     that condition ("when `use_amp` is true and `amp_bf16` is true"). A flag the code does not
-    decide takes the values of its ``add_argument`` ``choices=``, else the constants it is
-    compared with, else true and false. A scaler enabled by the dtype itself
+    decide takes the values of its ``add_argument`` ``choices=`` (or ``Literal[...]``
+    field), else the constants it is compared with, else true and false; a dtype parameter
+    also takes the torch dtypes the tree's own calls pass it by keyword
+    (``fit(..., amp_dtype=torch.bfloat16)``). A scaler enabled by the dtype itself
     (``enabled=(amp_dtype == torch.float16)``, ``enabled=not bf16``) is never paired with
     bfloat16 and is silent, as is an autocast whose device is chosen at run time with its
     default dtype (off CUDA, a CUDA GradScaler disables itself).
