@@ -29,9 +29,12 @@ the rules keep their single-value judgement.
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+from ampkit.lint.discovery import MAX_FILE_BYTES, read_source
 from ampkit.lint.events import Event
 from ampkit.lint.facts import FileFacts
 from ampkit.lint.names import AUTOCAST_APIS, BF16, DEFAULT_DTYPE, DTYPES, call_argument, dotted_key
@@ -128,16 +131,18 @@ def _read_statements(
     body: list[ast.stmt],
     scope: ast.AST | None,
     tests: tuple[tuple[ast.expr, bool], ...],
+    module_only: bool = False,
 ) -> None:
+    """Record the bindings of ``body`` (and of the functions in it, unless ``module_only``)."""
     for stmt in body:
         source.places[id(stmt)] = (scope, tests)
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            _read_statements(source, stmt.body, stmt, ())
-        elif isinstance(stmt, ast.ClassDef):
-            _read_statements(source, stmt.body, scope, tests)
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if not module_only:
+                inner = stmt if not isinstance(stmt, ast.ClassDef) else scope
+                _read_statements(source, stmt.body, inner, () if inner is stmt else tests)
         elif isinstance(stmt, ast.If):
-            _read_statements(source, stmt.body, scope, (*tests, (stmt.test, True)))
-            _read_statements(source, stmt.orelse, scope, (*tests, (stmt.test, False)))
+            for arm, polarity in ((stmt.body, True), (stmt.orelse, False)):
+                _read_statements(source, arm, scope, (*tests, (stmt.test, polarity)), module_only)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             for target in targets:
@@ -155,7 +160,7 @@ def _read_statements(
                 if isinstance(inner, list):
                     stmts = [s for s in inner if isinstance(s, ast.stmt)]
                     stmts += [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body]
-                    _read_statements(source, stmts, scope, tests)
+                    _read_statements(source, stmts, scope, tests, module_only)
 
 
 def _bound(target: ast.expr) -> list[ast.expr]:
@@ -227,7 +232,6 @@ class Pairing:
             for item in node.body:  # type: ignore[attr-defined]
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     self._classes[id(item)] = node  # type: ignore[assignment]
-        self._foreign: dict[str, _Source | None] = {}
         options = option_summary(
             self.facts.of_type(ast.Call),  # type: ignore[arg-type]
             self.facts.of_type(ast.AnnAssign),  # type: ignore[arg-type]
@@ -669,19 +673,24 @@ class Pairing:
         found = project.bindings(qual) if qual is not None else None
         if found is None:
             return _MISSING
-        text, name, path = found
-        source = self._foreign.get(path)
-        if path not in self._foreign:
+        path, name = found
+        cache = project.index.cache
+        slot = f"flags:{path}"
+        source = cache.get(slot)
+        if slot not in cache:
             source = None
             try:
-                tree = ast.parse(text)
-            except (SyntaxError, ValueError, RecursionError):
-                tree = None
-            if tree is not None:
+                text, _ = read_source(Path(path), MAX_FILE_BYTES)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    tree = ast.parse(text, filename=path)
                 source = _Source(False)
-                _read_statements(source, tree.body, None, ())
-            self._foreign[path] = source
-        if source is None or name not in source.by_key:
+                _read_statements(source, tree.body, None, (), module_only=True)
+            except (OSError, SyntaxError, UnicodeDecodeError, LookupError, ValueError,
+                    RecursionError):  # fmt: skip
+                source = None  # that file is reported on its own (AMP000)
+            cache[slot] = source
+        if not isinstance(source, _Source) or name not in source.by_key:
             return _MISSING
         return self._lookup(name, _Where(source, None, _END), atom, depth)
 

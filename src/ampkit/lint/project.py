@@ -72,9 +72,9 @@ class ModuleSummary:
     classes: set[str] = field(default_factory=set)
     #: ``add_argument`` options: dest -> (constant ``choices`` or None, constant default)
     options: dict[str, tuple[tuple[object, ...] | None, object]] = field(default_factory=dict)
-    #: the module-level assignments (also inside module-level ``if``), as source text, for
-    #: flags read by other files (:mod:`ampkit.lint.pairing`)
-    flags: str = ""
+    #: whether the file binds names at module level (also inside a module-level ``if``),
+    #: which other files may read as flags (:mod:`ampkit.lint.pairing` reads them there)
+    flags: bool = False
     #: whether the file builds a GradScaler
     scaler: bool = False
     #: keyword -> the torch dtypes calls pass it (``fit(..., amp_dtype=torch.bfloat16)``)
@@ -82,24 +82,6 @@ class ModuleSummary:
 
 
 _WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
-_FLAG_WORDS = re.compile(r"amp|precision|fp16|bf16|float16|bfloat16|half|scal|dtype", re.I)
-_MAX_FLAG_VALUE = 300
-
-
-def _flag_statements(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The module-level assignments of ``body`` (inside ``if`` too) that hold short values."""
-    kept: list[ast.stmt] = []
-    for stmt in body:
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
-            end = getattr(stmt.value, "end_lineno", None) or stmt.value.lineno
-            if end - stmt.value.lineno < 5:
-                kept.append(stmt)
-        elif isinstance(stmt, ast.If):
-            inner = _flag_statements(stmt.body)
-            other = _flag_statements(stmt.orelse)
-            if inner or other:
-                kept.append(ast.If(stmt.test, inner or [ast.Pass()], other))
-    return kept
 
 
 def _module_constants(tree: ast.Module) -> dict[str, ast.expr]:
@@ -297,13 +279,7 @@ def summarise(text: str) -> ModuleSummary | None:
             summary.scaler = True
     if "add_argument" in text or "Literal" in text:
         summary.options = option_summary(calls, fields)
-    if _FLAG_WORDS.search(text):
-        kept = _flag_statements(tree.body)
-        if kept:
-            try:
-                summary.flags = ast.unparse(ast.Module(kept, []))
-            except (ValueError, RecursionError):
-                summary.flags = ""
+    summary.flags = any(isinstance(s, (ast.Assign, ast.AnnAssign, ast.If)) for s in tree.body)
     if _WORTH_RESOLVING.search(text):
         resolver = Resolver(
             table, {k: v for k, v in _module_constants(tree).items() if "." not in k}
@@ -320,6 +296,7 @@ def summarise(text: str) -> ModuleSummary | None:
     return summary
 
 
+_DTYPE_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in DTYPES)
 _TENSOR_METHODS = frozenset(
     {"to", "type", "astype", "view", "zeros", "ones", "empty", "full", "tensor", "randn",
      "rand", "arange", "as_tensor", "new_zeros", "new_ones", "new_empty", "new_full",
@@ -331,7 +308,10 @@ def note_dtype_keywords(call: ast.Call, imports: Imports, found: dict[str, set[s
     """Record the torch dtypes a call of the project's own code passes by keyword
     (``fit(..., amp_dtype=torch.bfloat16)``); torch's calls and tensor methods
     (``torch.zeros(n, dtype=torch.float16)``, ``x.to(dtype=...)``) say nothing of them."""
-    if not call.keywords:
+    if not any(
+        isinstance(kw.value, ast.Attribute) and kw.value.attr in _DTYPE_ATTRS
+        for kw in call.keywords
+    ):
         return
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr in _TENSOR_METHODS:
@@ -519,14 +499,14 @@ class ProjectView:
         """Whether some file of the tree builds a GradScaler."""
         return self.index.any_scaler
 
-    def bindings(self, qualname: str) -> tuple[str, str, str] | None:
-        """``(module-level assignments as text, name there, path)`` of the tree's module
-        ``qualname`` lives in; ``None`` when the tree has no such module or it binds nothing."""
+    def bindings(self, qualname: str) -> tuple[str, str] | None:
+        """``(path, name there)`` of the tree's module ``qualname`` lives in; ``None`` when
+        the tree has no such module (other than this file) or it binds nothing at module level."""
         found = self._entry(qualname)
         if found is None or found[0][1] == self.path or not found[0][2].flags:
             return None
-        (_, path, summary), name = found
-        return summary.flags, name, path
+        (_, path, _), name = found
+        return path, name
 
     def _absolute(self, qualname: str) -> str:
         """``.utils.f`` (relative, from ``pkg.train``) -> ``pkg.utils.f``."""
