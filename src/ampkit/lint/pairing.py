@@ -242,9 +242,8 @@ class Pairing:
         # one run's state
         self._assignment: dict[str, object] = {}
         self._read: list[str] = []
-        #: atoms read only to decide whether a place is reached (``if __name__ ...``,
-        #: ``if torch.cuda.is_available():``): named in a message only when nothing else is
-        self._context: set[str] = set()
+        #: atoms read to decide the pairing itself, not only whether a place is reached
+        #: (``if torch.cuda.is_available():``); a message names these when there are any
         self._decided: set[str] = set()
         self._reaching = 0
         self._memo: dict[tuple[int, str, int, tuple[int, int], bool], object] = {}
@@ -301,7 +300,6 @@ class Pairing:
         """True/False, ``None`` (unknown) or the :class:`_Need` of an unassigned atom."""
         self._assignment = assignment
         self._read = []
-        self._context = set()
         self._decided = set()
         self._memo = {}
         self._active = set()
@@ -447,9 +445,7 @@ class Pairing:
     def _atom(self, node: ast.AST) -> object:
         name = _identity(node)
         self._read.append(name)
-        if self._reaching:
-            self._context.add(name)
-        else:
+        if not self._reaching:
             self._decided.add(name)
         if name in self._assignment:
             return self._assignment[name]
