@@ -8,9 +8,10 @@ combination of the values they read and that the code does not decide itself (a 
 * a name is judged by the binding that reaches the place it is read, in its own scope
   (``scaler = GradScaler()`` and later ``scaler = GradScaler("cuda")``; ``if x: scaler =
   GradScaler() else: scaler = None``): the last binding before it whose enclosing
-  conditions hold; a ``self`` attribute not bound before in the method by its binding in
-  ``__init__`` (or in the one method that binds it), a name of another file of the tree by
-  that module's own bindings;
+  conditions hold; a ``self`` attribute not bound before in the method by the one other method
+  of the class that binds it (bound in several, it is free), a name of another file of the tree by
+  that module's module-level bindings (also inside a module-level ``if``; not those made
+  inside its functions);
 * a value the code does not decide is a free *atom*, named by its last part (``self.opt.
   use_amp`` and ``args.use_amp`` are both `use_amp`). Its possible values are the choices of
   an ``add_argument`` option of that name in the tree (``choices=`` only: a closed set),
