@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import ast
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,16 @@ from ampkit.lint.events import Event
 from ampkit.lint.facts import FileFacts
 from ampkit.lint.names import AUTOCAST_APIS, BF16, DEFAULT_DTYPE, DTYPES, call_argument, dotted_key
 from ampkit.lint.project import ProjectView, note_dtype_keywords, option_summary
+from ampkit.lint.scopes import (
+    END,
+    STATEMENT_TYPES,
+    Bindings,
+    atom_name,
+    constants_of,
+    parse_key,
+    position,
+    read_statements,
+)
 
 __all__ = ["Answer", "Pairing"]
 
@@ -91,106 +101,11 @@ class _Where:
     """A place code is read at: its source, scope (function, ``None`` for module level) and
     position (statement line and column)."""
 
-    source: _Source
+    source: Bindings
     scope: ast.AST | None
     pos: tuple[int, int]
     #: the conditions around the statement (only for places of events)
     tests: tuple[tuple[ast.expr, bool], ...] = ()
-
-
-@dataclass(frozen=True)
-class _Binding:
-    key: str
-    pos: tuple[int, int]
-    value: ast.expr | None  # None: bound by something not followed (a loop target, ...)
-    tests: tuple[tuple[ast.expr, bool], ...]
-    scope: ast.AST | None
-
-
-class _Source:
-    """The bindings of one file (the linted one, or a module of the tree from its summary)."""
-
-    def __init__(self, linted: bool) -> None:
-        self.linted = linted
-        self.by_key: dict[str, list[_Binding]] = {}
-        #: statement id -> (scope, the conditions around it)
-        self.places: dict[int, tuple[ast.AST | None, tuple[tuple[ast.expr, bool], ...]]] = {}
-
-    def add(self, binding: _Binding) -> None:
-        self.by_key.setdefault(binding.key, []).append(binding)
-
-
-_END = (1 << 30, 0)
-
-
-def _pos(node: ast.AST) -> tuple[int, int]:
-    return (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-
-
-def _read_statements(
-    source: _Source,
-    body: list[ast.stmt],
-    scope: ast.AST | None,
-    tests: tuple[tuple[ast.expr, bool], ...],
-    module_only: bool = False,
-) -> None:
-    """Record the bindings of ``body`` (and of the functions in it, unless ``module_only``)."""
-    for stmt in body:
-        source.places[id(stmt)] = (scope, tests)
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if not module_only:
-                inner = stmt if not isinstance(stmt, ast.ClassDef) else scope
-                _read_statements(source, stmt.body, inner, () if inner is stmt else tests)
-        elif isinstance(stmt, ast.If):
-            for arm, polarity in ((stmt.body, True), (stmt.orelse, False)):
-                _read_statements(source, arm, scope, (*tests, (stmt.test, polarity)), module_only)
-        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            for target in targets:
-                key = dotted_key(target)
-                value = stmt.value if key is not None else None
-                for bound in [target] if key is not None else _bound(target):
-                    name = dotted_key(bound)
-                    if name is not None:
-                        source.add(_Binding(name, _pos(stmt), value, tests, scope))
-        else:
-            for opaque in _targets(stmt):
-                source.add(_Binding(opaque, _pos(stmt), None, tests, scope))
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                inner = getattr(stmt, field, None)
-                if isinstance(inner, list):
-                    stmts = [s for s in inner if isinstance(s, ast.stmt)]
-                    stmts += [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body]
-                    _read_statements(source, stmts, scope, tests, module_only)
-
-
-def _bound(target: ast.expr) -> list[ast.expr]:
-    return [n for n in ast.walk(target) if isinstance(n, (ast.Name, ast.Attribute))]
-
-
-def _targets(stmt: ast.stmt) -> list[str]:
-    if isinstance(stmt, ast.AugAssign):
-        key = dotted_key(stmt.target)
-        return [key] if key is not None else []
-    if isinstance(stmt, (ast.For, ast.AsyncFor)):
-        return [k for n in _bound(stmt.target) if (k := dotted_key(n)) is not None]
-    if isinstance(stmt, (ast.With, ast.AsyncWith)):
-        return [
-            k
-            for item in stmt.items
-            if item.optional_vars is not None
-            for n in _bound(item.optional_vars)
-            if (k := dotted_key(n)) is not None
-        ]
-    return []
-
-
-def _identity(node: ast.AST) -> str:
-    """The name of an atom: the last part of a name or attribute chain, else its text."""
-    key = dotted_key(node)
-    if key is not None:
-        return key.rsplit(".", 1)[-1]
-    return ast.unparse(node)
 
 
 @dataclass(frozen=True)
@@ -224,10 +139,10 @@ class Pairing:
     def __init__(self, tree: ast.Module, facts: FileFacts, project: ProjectView | None) -> None:
         self.facts = facts
         self.project = project
-        self.home = _Source(True)
-        _read_statements(self.home, tree.body, None, ())
+        self.home = Bindings(True)
+        read_statements(self.home, tree.body, None, ())
         self._stmt_of: dict[int, ast.stmt] | None = None
-        self._constants: dict[str, set[object]] | None = None
+        self.constants_of: dict[str, set[object]] | None = None
         self._classes: dict[int, ast.ClassDef] = {}
         for node in self.facts.of_type(ast.ClassDef):
             for item in node.body:  # type: ignore[attr-defined]
@@ -356,7 +271,7 @@ class Pairing:
             return node
         if self._stmt_of is None:
             statements = [
-                s for s in self.facts.of_type(*_STATEMENT_TYPES) if isinstance(s, ast.stmt)
+                s for s in self.facts.of_type(*STATEMENT_TYPES) if isinstance(s, ast.stmt)
             ]
             self._stmt_of = {
                 id(call): stmt for stmt in statements for call in self.facts.calls.get(id(stmt), ())
@@ -375,7 +290,7 @@ class Pairing:
         if stmt is None or id(stmt) not in self.home.places:
             return None
         scope, tests = self.home.places[id(stmt)]
-        return _Where(self.home, scope, _pos(stmt), tests)
+        return _Where(self.home, scope, position(stmt), tests)
 
     def _reached(self, where: _Where) -> bool:
         """Whether the conditions around a statement of the linted file hold."""
@@ -444,7 +359,7 @@ class Pairing:
 
     # -- values ----------------------------------------------------------------------------
     def _atom(self, node: ast.AST) -> object:
-        name = _identity(node)
+        name = atom_name(node)
         self._read.append(name)
         if not self._reaching:
             self._decided.add(name)
@@ -485,23 +400,23 @@ class Pairing:
 
     def _compared(self) -> dict[str, set[object]]:
         """Atom name -> the constants the file compares it with or looks it up by."""
-        if self._constants is None:
+        if self.constants_of is None:
             found: dict[str, set[object]] = {}
             for node in self.facts.of_type(ast.Compare):
                 sides = [node.left, *node.comparators]  # type: ignore[attr-defined]
-                consts = [c for s in sides for c in _constants(s)]
+                consts = [c for s in sides for c in constants_of(s)]
                 for side in sides:
-                    if not list(_constants(side)) and dotted_key(side) is not None:
-                        found.setdefault(_identity(side), set()).update(consts)
+                    if not list(constants_of(side)) and dotted_key(side) is not None:
+                        found.setdefault(atom_name(side), set()).update(consts)
             for node in self.facts.of_type(ast.Subscript):
                 base = node.value  # type: ignore[attr-defined]
                 key = node.slice  # type: ignore[attr-defined]
                 if isinstance(base, ast.Dict) and dotted_key(key) is not None:
-                    found.setdefault(_identity(key), set()).update(
+                    found.setdefault(atom_name(key), set()).update(
                         k.value for k in base.keys if isinstance(k, ast.Constant)
                     )
-            self._constants = found
-        return self._constants
+            self.constants_of = found
+        return self.constants_of
 
     def _eval(self, node: ast.expr, where: _Where, depth: int = 0) -> object:
         if depth > _MAX_DEPTH:
@@ -625,7 +540,7 @@ class Pairing:
                 return self._atom(node or ast.Name(key))
             return self._eval(binding.value, at, depth + 1)
         scope = where.scope
-        atom = node or _parse_key(key)
+        atom = node or parse_key(key)
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
             params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args,
                                       *scope.args.kwonlyargs)}  # fmt: skip
@@ -635,7 +550,7 @@ class Pairing:
             if root in params:
                 return self._atom(atom)
             if any(b.scope is None for b in source.by_key.get(key, ())):
-                return self._lookup(key, _Where(source, None, _END), node, depth)
+                return self._lookup(key, _Where(source, None, END), node, depth)
         if source.linted and self.project is not None:
             foreign = self._foreign_value(key, atom, depth)
             if foreign is not _MISSING:
@@ -657,7 +572,7 @@ class Pairing:
             # none, or set in several methods (``None`` in ``__init__``, the object in
             # ``setup``): which one ran last is not known here
             return self._atom(atom)
-        return self._lookup(key, _Where(self.home, binders[0], _END), atom)
+        return self._lookup(key, _Where(self.home, binders[0], END), atom)
 
     def _foreign_value(self, key: str, atom: ast.AST, depth: int) -> object:
         """The value of a name imported from another module of the tree, by that module's
@@ -666,7 +581,7 @@ class Pairing:
         project = self.project
         if project is None or root not in self.facts.imports.aliases:
             return _MISSING
-        qual = self.facts.imports.qualname(_parse_key(key))
+        qual = self.facts.imports.qualname(parse_key(key))
         found = project.bindings(qual) if qual is not None else None
         if found is None:
             return _MISSING
@@ -681,40 +596,18 @@ class Pairing:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     tree = ast.parse(text, filename=path)
-                source = _Source(False)
-                _read_statements(source, tree.body, None, (), module_only=True)
+                source = Bindings(False)
+                read_statements(source, tree.body, None, (), module_only=True)
             except (OSError, SyntaxError, UnicodeDecodeError, LookupError, ValueError,
                     RecursionError):  # fmt: skip
                 source = None  # that file is reported on its own (AMP000)
             cache[slot] = source
-        if not isinstance(source, _Source) or name not in source.by_key:
+        if not isinstance(source, Bindings) or name not in source.by_key:
             return _MISSING
-        return self._lookup(name, _Where(source, None, _END), atom, depth)
+        return self._lookup(name, _Where(source, None, END), atom, depth)
 
 
 _MISSING = object()
-
-_STATEMENT_TYPES = tuple(
-    cls
-    for cls in vars(ast).values()
-    if isinstance(cls, type) and issubclass(cls, ast.stmt) and cls is not ast.stmt
-)
-
-
-def _parse_key(key: str) -> ast.expr:
-    try:
-        return ast.parse(key, mode="eval").body
-    except SyntaxError:
-        return ast.Name(key)
-
-
-def _constants(node: ast.expr) -> Iterator[object]:
-    if isinstance(node, ast.Constant):
-        yield node.value
-    elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-        for elt in node.elts:
-            if isinstance(elt, ast.Constant):
-                yield elt.value
 
 
 def _truth(value: object) -> bool:
