@@ -15,6 +15,7 @@ from ampkit.lint.facts import FileFacts, FunctionNode
 from ampkit.lint.findings import Finding, Fix, Severity
 from ampkit.lint.flow import FlowBuilder
 from ampkit.lint.inherit import Methods, class_methods
+from ampkit.lint.pairing import Pairing
 from ampkit.lint.project import ProjectView
 from ampkit.lint.source import SourceText
 from ampkit.lint.walk import walk_tree
@@ -142,6 +143,7 @@ class FileAnalysis:
         walk = walk_tree(self.tree)
         self.nodes = walk.nodes
         self._parents: dict[int, ast.AST] | None = None
+        self._pairing: Pairing | None = None
         self._groups: dict[tuple[int, tuple[str, ...]], list[Event]] = {}
         self.facts = FileFacts(self.tree, walk, self.project)
         owners: dict[int, ast.ClassDef] = {}
@@ -179,6 +181,23 @@ class FileAnalysis:
             )
             builder.build(fn.body, fn)
             self.units.append(Unit(fn, builder, cls, group))
+
+    @property
+    def pairing(self) -> Pairing:
+        """The flag and config pairings of the file (:mod:`ampkit.lint.pairing`), built on
+        first use."""
+        if self._pairing is None:
+            self._pairing = Pairing(self.tree, self.facts, self.project)
+        return self._pairing
+
+    @property
+    def no_scaler_anywhere(self) -> bool:
+        """Whether neither this file nor any other file of the linted tree builds, names or
+        uses a GradScaler."""
+        facts = self.facts
+        if facts.any_scaler or facts.scaler_keys or facts.scaler_named:
+            return False
+        return self.project is None or not self.project.any_scaler
 
     @property
     def framework_evidence(self) -> dict[str, set[str]]:

@@ -250,10 +250,16 @@ Issue 36's shapes in this version, each a reduced case in `tests/lint/cases/`:
   is not a version gate (`deprecated_in_device_branch.py`; `fp_version_gated_fallback.py`
   keeps the version-gated arms silent).
 
-Not done: pairings through flags and configs (shape 1: the two AMP008 misses above),
-flow-sensitive bindings within a scope (shape 2: a name is still judged by every binding
-in the file), and the dummy-scaler class or a caller-scaled parameter defined in another
-file of the project (both are read from the linted file only).
+Shapes 1 and 2 (after the figures below were measured; see AMP008 and AMP002 for the
+rules): a pairing decided by a flag or a config is judged under every value of the flags it
+reads, and a name by the binding that reaches its use (`flag_scaler_and_bf16_autocast_same_flag.py`,
+`flag_amp_dtype_from_config.py`, `flag_mixed_precision_set_by_dtype.py`,
+`config_dtype_choices_fp16.py`, `flag_dtype_parameter_given_bf16.py`,
+`scaler_rebound_for_bf16.py`, `scaler_conditional_binding.py`,
+`projects/flag_config/`; silent: `fp_scaler_enabled_by_dtype.py`,
+`config_dtype_choices_bf16.py`, `fp_scaler_conditional_binding.py`). Not done: the
+dummy-scaler class or a caller-scaled parameter defined in another file of the project
+(both are read from the linted file only).
 
 The earlier sets with this version (`benchmarks/lint_real.py score`; the regression set
 was scored in eight processes of a few repositories each, whose counts add up, as the

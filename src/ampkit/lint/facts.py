@@ -89,6 +89,8 @@ class FileFacts:
         #: keys that only ever hold no scaler (see :meth:`_collect_not_scalers`; filled
         #: once the bindings are known)
         self.not_scalers: set[str] = set()
+        #: classes of this file whose ``scale(x)`` returns ``x`` (dummy scalers)
+        self.dummy_classes: set[str] = set()
         #: function name -> parameters every call here passes a scaled loss
         self.scaled_params: dict[str, set[str]] = {}
         #: modules frozen here: ``key.requires_grad_(False)``,
@@ -365,7 +367,7 @@ class FileFacts:
         or an object of a class of this file whose ``scale(x)`` returns ``x`` (a dummy
         scaler). A key bound once to anything else (a real scaler, a parameter, an
         expression) keeps its meaning."""
-        dummies = {
+        dummies = self.dummy_classes = {
             node.name  # type: ignore[attr-defined]
             for node in self.of_type(ast.ClassDef)
             if _scale_returns_its_argument(node)  # type: ignore[arg-type]

@@ -29,6 +29,8 @@ from pathlib import Path, PurePath
 from ampkit.lint.frameworks import precision_evidence
 from ampkit.lint.names import (
     AUTOCAST_APIS,
+    DTYPES,
+    SCALER_APIS,
     Argument,
     Imports,
     Resolver,
@@ -45,6 +47,8 @@ __all__ = [
     "Wrapper",
     "module_name",
     "note_call",
+    "note_dtype_keywords",
+    "option_summary",
     "summarise",
     "wrapper_of",
 ]
@@ -66,6 +70,15 @@ class ModuleSummary:
     positional: dict[str, int] = field(default_factory=dict)
     #: names of the module-level classes (a subclass in another file follows their methods)
     classes: set[str] = field(default_factory=set)
+    #: ``add_argument`` options: dest -> (constant ``choices`` or None, constant default)
+    options: dict[str, tuple[tuple[object, ...] | None, object]] = field(default_factory=dict)
+    #: whether the file binds names at module level (also inside a module-level ``if``),
+    #: which other files may read as flags (:mod:`ampkit.lint.pairing` reads them there)
+    flags: bool = False
+    #: whether the file builds a GradScaler
+    scaler: bool = False
+    #: keyword -> the torch dtypes calls pass it (``fit(..., amp_dtype=torch.bfloat16)``)
+    dtype_keywords: dict[str, set[str]] = field(default_factory=dict)
 
 
 _WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
@@ -237,12 +250,15 @@ def summarise(text: str) -> ModuleSummary | None:
     summary = ModuleSummary()
     imports: list[ast.AST] = []
     calls: list[ast.Call] = []
+    fields: list[ast.AnnAssign] = []
     try:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 calls.append(node)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 imports.append(node)
+            elif isinstance(node, ast.AnnAssign):
+                fields.append(node)
     except RecursionError:
         return None
     imports.sort(key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0)))
@@ -253,6 +269,17 @@ def summarise(text: str) -> ModuleSummary | None:
         found = precision_evidence(call, table)
         if found is not None:
             summary.evidence.setdefault(found[0], set()).add(found[1])
+        note_dtype_keywords(call, table, summary.dtype_keywords)
+        func = call.func
+        if (
+            not summary.scaler
+            and "Scaler" in str(getattr(func, "attr", None) or getattr(func, "id", ""))
+            and table.qualname(func) in SCALER_APIS
+        ):
+            summary.scaler = True
+    if "add_argument" in text or "Literal" in text:
+        summary.options = option_summary(calls, fields)
+    summary.flags = any(isinstance(s, (ast.Assign, ast.AnnAssign, ast.If)) for s in tree.body)
     if _WORTH_RESOLVING.search(text):
         resolver = Resolver(
             table, {k: v for k, v in _module_constants(tree).items() if "." not in k}
@@ -267,6 +294,85 @@ def summarise(text: str) -> ModuleSummary | None:
                 if wrapper is not None:
                     summary.wrappers[stmt.name] = wrapper
     return summary
+
+
+_DTYPE_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in DTYPES)
+_TENSOR_METHODS = frozenset(
+    {"to", "type", "astype", "view", "zeros", "ones", "empty", "full", "tensor", "randn",
+     "rand", "arange", "as_tensor", "new_zeros", "new_ones", "new_empty", "new_full",
+     "new_tensor", "autocast"}
+)  # fmt: skip
+
+
+def note_dtype_keywords(call: ast.Call, imports: Imports, found: dict[str, set[str]]) -> None:
+    """Record the torch dtypes a call of the project's own code passes by keyword
+    (``fit(..., amp_dtype=torch.bfloat16)``); torch's calls and tensor methods
+    (``torch.zeros(n, dtype=torch.float16)``, ``x.to(dtype=...)``) say nothing of them."""
+    if not any(
+        isinstance(kw.value, ast.Attribute) and kw.value.attr in _DTYPE_ATTRS
+        for kw in call.keywords
+    ):
+        return
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr in _TENSOR_METHODS:
+        return
+    callee = imports.qualname(func)
+    if callee is not None and callee.split(".", 1)[0] in ("torch", "numpy", "np"):
+        return
+    for kw in call.keywords:
+        if kw.arg is not None and isinstance(kw.value, ast.Attribute):
+            name = imports.qualname(kw.value)
+            if name in DTYPES:
+                found.setdefault(kw.arg, set()).add(DTYPES[name])
+
+
+def option_summary(
+    calls: list[ast.Call], fields: list[ast.AnnAssign] | None = None
+) -> dict[str, tuple[tuple[object, ...] | None, object]]:
+    """The options of a file: dest -> (constant ``choices`` or None, default), from its
+    ``add_argument`` calls and its ``Literal`` fields (``precision: Literal["bf16", "fp32"]
+    = "bf16"`` in a config class)."""
+    found: dict[str, tuple[tuple[object, ...] | None, object]] = {}
+    for node in fields or ():
+        annotation = node.annotation
+        if not (
+            isinstance(node.target, ast.Name)
+            and isinstance(annotation, ast.Subscript)
+            and (getattr(annotation.value, "id", None) or getattr(annotation.value, "attr", ""))
+            == "Literal"
+        ):
+            continue
+        items = (
+            annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else [annotation.slice]
+        )
+        if all(isinstance(e, ast.Constant) for e in items):
+            initial = node.value.value if isinstance(node.value, ast.Constant) else None
+            found[node.target.id] = (tuple(e.value for e in items), initial)  # type: ignore[attr-defined]
+    for call in calls:
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr == "add_argument"):
+            continue
+        dest: str | None = None
+        for arg in call.args:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                if arg.value.startswith("--") or dest is None:
+                    dest = arg.value.lstrip("-").replace("-", "_")
+        choices: tuple[object, ...] | None = None
+        default: object = None
+        for kw in call.keywords:
+            if kw.arg == "dest" and isinstance(kw.value, ast.Constant):
+                dest = str(kw.value.value)
+            elif kw.arg == "choices" and isinstance(kw.value, (ast.List, ast.Tuple, ast.Set)):
+                if all(isinstance(e, ast.Constant) for e in kw.value.elts):
+                    choices = tuple(e.value for e in kw.value.elts)  # type: ignore[attr-defined]
+            elif kw.arg == "default" and isinstance(kw.value, ast.Constant):
+                default = kw.value.value
+            elif kw.arg == "action" and isinstance(kw.value, ast.Constant):
+                if kw.value.value in ("store_true", "store_false"):
+                    choices = (True, False)
+        if dest:
+            found[dest] = (choices, default)
+    return found
 
 
 def module_name(path: PurePath, root: PurePath) -> str:
@@ -293,6 +399,10 @@ class ProjectIndex:
         self.evidence: dict[str, set[str]] = defaultdict(set)
         self.set_keywords: set[str] = set()
         self.positional: dict[str, int] = {}
+        self.options: dict[str, tuple[tuple[object, ...] | None, object]] = {}
+        self.dtype_keywords: dict[str, set[str]] = defaultdict(set)
+        #: whether some file of the tree builds a GradScaler
+        self.any_scaler = False
         #: per-process store of what the analysis derived from other files of the tree (the
         #: parsed base-class files of :mod:`ampkit.lint.inherit`); empty when sent to a worker
         self.cache: dict[str, object] = {}
@@ -304,6 +414,11 @@ class ProjectIndex:
             for family, seen in summary.evidence.items():
                 self.evidence[family] |= seen
             self.set_keywords |= summary.set_keywords
+            for dest, option in summary.options.items():
+                self.options.setdefault(dest, option)
+            self.any_scaler = self.any_scaler or summary.scaler
+            for keyword, dtypes in summary.dtype_keywords.items():
+                self.dtype_keywords[keyword] |= dtypes
             for callee, count in summary.positional.items():
                 if count > self.positional.get(callee, -1):
                     self.positional[callee] = count
@@ -368,6 +483,30 @@ class ProjectView:
     def positional(self) -> dict[str, int]:
         """Callee name -> the most positional arguments a call in the tree passes it."""
         return self.index.positional
+
+    @property
+    def options(self) -> dict[str, tuple[tuple[object, ...] | None, object]]:
+        """``add_argument`` options of the tree: dest -> (``choices`` or None, default)."""
+        return self.index.options
+
+    @property
+    def dtype_keywords(self) -> dict[str, set[str]]:
+        """Keyword -> the torch dtypes calls of the tree pass it."""
+        return self.index.dtype_keywords
+
+    @property
+    def any_scaler(self) -> bool:
+        """Whether some file of the tree builds a GradScaler."""
+        return self.index.any_scaler
+
+    def bindings(self, qualname: str) -> tuple[str, str] | None:
+        """``(path, name there)`` of the tree's module ``qualname`` lives in; ``None`` when
+        the tree has no such module (other than this file) or it binds nothing at module level."""
+        found = self._entry(qualname)
+        if found is None or found[0][1] == self.path or not found[0][2].flags:
+            return None
+        (_, path, _), name = found
+        return path, name
 
     def _absolute(self, qualname: str) -> str:
         """``.utils.f`` (relative, from ``pkg.train``) -> ``pkg.utils.f``."""

@@ -90,6 +90,14 @@ class FloatSixteenWithoutScaler(Rule):
     trained weights are thrown away. A GradScaler built with a literal ``enabled=False``
     scales nothing, so it does not count as one.
 
+    A dtype chosen by a flag or an option counts when some value of it is float16, and the
+    message names it ("when `amp_dtype` is 'float16'"): ``torch.float16 if args.fp16 else
+    torch.bfloat16`` and ``{...}[args.dtype]`` (a float16 written in the file), and
+    ``getattr(torch, args.amp_dtype)`` with an ``add_argument`` of that name whose
+    ``choices=`` include ``float16``, or a config field ``amp_dtype: Literal[...]`` that does
+    (in any file of the tree; this one only when no file of the tree builds a GradScaler). Choices that leave float16 out (bfloat16 and float32) are
+    silent, also when a float16 arm is written.
+
     Bad::
 
         with torch.autocast("cuda", dtype=torch.float16):
@@ -131,8 +139,18 @@ class FloatSixteenWithoutScaler(Rule):
                 continue  # a backward without an optimizer step is a gradient check, not training
             for a in unit.of("autocast"):
                 info = _info(a)
-                if FP16 not in info.dtypes or a.ctx.grad_free:
-                    continue  # no fp16, or nothing under it is differentiated
+                if a.ctx.grad_free:
+                    continue  # nothing under it is differentiated
+                when = ""
+                if FP16 not in info.dtypes or len(info.dtypes) > 1:
+                    if FP16 not in info.dtypes and (info.dtypes or not analysis.no_scaler_anywhere):
+                        continue  # no fp16
+                    answer = analysis.pairing.fp16_possible(a)
+                    if answer.verdict == "never" or (
+                        answer.verdict == "unknown" and FP16 not in info.dtypes
+                    ):
+                        continue  # the flags and options never choose fp16 here
+                    when = answer.when()
                 if analysis.flag_off(info.enabled, a.node):
                     continue  # ``enabled=use_amp`` where nothing sets use_amp
                 if unit.node is analysis.tree and not a.ctx.inlined:
@@ -154,8 +172,9 @@ class FloatSixteenWithoutScaler(Rule):
                     ):
                         continue  # a framework that may scale the loss itself
                     message = (
-                        "float16 autocast is used for training without a GradScaler; small "
-                        "gradients underflow to zero (add torch.amp.GradScaler or use bfloat16)"
+                        f"float16 autocast is used for training without a GradScaler{when}; "
+                        "small gradients underflow to zero (add torch.amp.GradScaler or use "
+                        "bfloat16)"
                     )
                     if isinstance(framework, str):
                         message += f"; {_FRAMEWORK_HINTS[framework]}"
@@ -251,6 +270,23 @@ class ScalerWithBfloat16(Rule):
     is not needed. The scaler adds an inf/NaN check and a multiply per step for nothing and
     makes the code look like fp16 training.
 
+    Each scaled backward is paired with the autocast regions before it in its iteration, and
+    each name with the binding that reaches it (a scaler rebound for a later bfloat16 section,
+    ``if x: scaler = GradScaler() else: scaler = None``). When flags or a config decide the
+    pairing (``GradScaler(enabled=use_amp)`` next to ``autocast(dtype=torch.bfloat16,
+    enabled=use_amp)``; ``amp_dtype = torch.bfloat16 if cfg.amp_bf16 else torch.float16``;
+    ``if dtype == "bfloat16": mixed_precision = True`` then ``GradScaler() if
+    mixed_precision else None``, also in another file of the tree), it is reported when some
+    value of those flags makes the scaler enabled with a bfloat16 region, and the message names
+    that condition ("when `use_amp` is true and `amp_bf16` is true"). A flag the code does not
+    decide takes the values of its ``add_argument`` ``choices=`` (or ``Literal[...]``
+    field), else the constants it is compared with, else true and false; a dtype parameter
+    also takes the torch dtypes the tree's own calls pass it by keyword
+    (``fit(..., amp_dtype=torch.bfloat16)``). A scaler enabled by the dtype itself
+    (``enabled=(amp_dtype == torch.float16)``, ``enabled=not bf16``) is never paired with
+    bfloat16 and is silent, as is an autocast whose device is chosen at run time with its
+    default dtype (off CUDA, a CUDA GradScaler disables itself).
+
     Bad::
 
         scaler = torch.amp.GradScaler("cuda")
@@ -271,28 +307,74 @@ class ScalerWithBfloat16(Rule):
     summary = "A GradScaler combined with bfloat16 autocast (not needed)."
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        facts = analysis.facts
         for unit in analysis.units:
             regions = unit.of("autocast")
-            if not regions or any(_info(a).dtype != BF16 for a in regions):
+            if not regions:
                 continue
-            used = (
-                unit.of("scale")
-                + [b for b in unit.of("backward") if b.scaled]
-                + unit.of("scaler_step")
-            )
-            if not used:
+            # each scale call, and each scaled backward whose scale call is not in the flow
+            uses = list(unit.of("scale")) + [
+                b for b in unit.of("backward") if b.scaled and not _scales_of(b)
+            ]
+            uses = sorted(uses, key=lambda e: e.order) or list(unit.of("scaler_step"))
+            if not uses:
                 continue
-            keys = {e.obj for e in used if e.obj is not None}
-            keys |= {k for k in facts.scaler_keys if k in facts.scaled_keys or k in keys}
-            ctors = [facts.scaler_keys[k] for k in keys if facts.scaler_keys.get(k) is not None]
-            if any(facts.resolver.scaler_enabled(c) != "yes" for c in ctors if c is not None):
-                continue
-            yield self.finding(
-                analysis,
-                min(used, key=lambda e: e.order).node,
-                "GradScaler used with bfloat16 autocast; bfloat16 does not need loss scaling",
-            )
+            unknown = False
+            for use in uses:
+                answer = analysis.pairing.scaler_with_bf16(_paired_regions(unit, use), use)
+                if answer.verdict == "bad":
+                    yield self.finding(
+                        analysis,
+                        use.node,
+                        "GradScaler used with bfloat16 autocast"
+                        f"{answer.when()}; bfloat16 does not need loss scaling",
+                    )
+                    break
+                unknown = unknown or answer.verdict == "unknown"
+            else:
+                if unknown:
+                    yield from self._single_value(analysis, unit)
+
+    def _single_value(self, analysis: FileAnalysis, unit: Unit) -> Iterator[Finding]:
+        """The judgement without following flags: every region of the unit is statically
+        bfloat16 and every scaler it uses is built enabled (or comes from elsewhere)."""
+        facts = analysis.facts
+        regions = unit.of("autocast")
+        if any(_info(a).dtype != BF16 for a in regions):
+            return
+        used = (
+            unit.of("scale") + [b for b in unit.of("backward") if b.scaled] + unit.of("scaler_step")
+        )
+        keys = {e.obj for e in used if e.obj is not None}
+        keys |= {k for k in facts.scaler_keys if k in facts.scaled_keys or k in keys}
+        ctors = [facts.scaler_keys[k] for k in keys if facts.scaler_keys.get(k) is not None]
+        if any(facts.resolver.scaler_enabled(c) != "yes" for c in ctors if c is not None):
+            return
+        yield self.finding(
+            analysis,
+            min(used, key=lambda e: e.order).node,
+            "GradScaler used with bfloat16 autocast; bfloat16 does not need loss scaling",
+        )
+
+
+def _scales_of(backward: Event) -> list[Event]:
+    scales = backward.extra.get("scales")
+    return [e for e in scales if isinstance(e, Event)] if isinstance(scales, list) else []
+
+
+def _paired_regions(unit: Unit, use: Event) -> list[Event]:
+    """The autocast regions whose values ``use`` can scale: those before it in its iteration
+    and after the previous backward (all of the unit's when none comes before)."""
+    before = [
+        a for a in unit.related(use, "autocast") if a.order < use.order and not exclusive(a, use)
+    ]
+    backs = [
+        b.order
+        for b in unit.related(use, "backward")
+        if b.order < use.order and not exclusive(b, use) and b is not use
+    ]
+    if backs:
+        before = [a for a in before if a.order > max(backs)]
+    return before or list(unit.of("autocast"))
 
 
 @register
