@@ -13,6 +13,7 @@ checkpoint save.
 
     python benchmarks/trainer_shape.py            # a table
     python benchmarks/trainer_shape.py --json     # the same, as JSON
+    python benchmarks/trainer_shape.py --trace    # and the calls of one save, in order
 """
 
 from __future__ import annotations
@@ -72,21 +73,56 @@ def _where(code: types.CodeType, root: Path) -> str | None:
 _ENTRIES = ("Trainer.save_checkpoint", "Checkpointer.maybe_save")
 
 
+def _render(chain: list[tuple[int, str]]) -> list[str]:
+    """The calls as an indented tree, comprehensions and lambdas folded into their function,
+    and a call repeated in a row with the same calls below it shown once, with ``xN``."""
+    # (name, children): a comprehension's callees become its function's
+    root: tuple[str, list] = ("", [])
+    path: list[tuple[int, tuple[str, list]]] = [(-1, root)]
+    for depth, name in chain:
+        while path[-1][0] >= depth:
+            path.pop()
+        if name.rpartition(".")[2].startswith("<"):
+            path.append((depth, path[-1][1]))  # its callees go to the enclosing function
+            continue
+        node: tuple[str, list] = (name, [])
+        path[-1][1][1].append(node)
+        path.append((depth, node))
+
+    def lines(node: tuple[str, list], indent: int) -> list[str]:
+        out = [f"{'  ' * indent}{node[0]}"]
+        children = [lines(child, indent + 1) for child in node[1]]
+        at = 0
+        while at < len(children):
+            times = 1
+            while at + times < len(children) and children[at + times] == children[at]:
+                times += 1
+            first, *rest = children[at]
+            out += [first + (f"  x{times}" if times > 1 else ""), *rest]
+            at += times
+        return out
+
+    return lines(root, -1)[1:]
+
+
 def save_hops() -> dict[str, Any]:
     """Trace the first checkpoint save of a ``fit`` (step 1 of 2, ``every=1``): every call of
     an ``ampkit`` function made below the Trainer's call of the save."""
     root = Path(ampkit.__file__).resolve().parent.parent
     data = [(torch.randn(4, 8), torch.randn(4, 1))] * 3
     calls: list[tuple[str | None, str, str]] = []  # (caller file, callee file, callee name)
+    chain: list[tuple[int, str]] = []  # every call in order: (depth below the entry, name)
     entry: list[types.FrameType] = []
 
-    def inside(frame: types.FrameType) -> bool:
+    def depth(frame: types.FrameType) -> int | None:
+        """How many frames ``frame`` lies below the entry's (None: not below it)."""
         back: types.FrameType | None = frame
+        below = 0
         while back is not None:
             if back is entry[0]:
-                return True
-            back = back.f_back
-        return False
+                return below
+            back, below = back.f_back, below + 1
+        return None
 
     def profile(frame: types.FrameType, event: str, _arg: object) -> None:
         if event != "call":
@@ -99,12 +135,14 @@ def save_hops() -> dict[str, Any]:
             if name not in _ENTRIES:
                 return
             entry.append(frame)
-        elif not inside(frame):
+        below = depth(frame)
+        if below is None:
             sys.setprofile(None)  # the first save is over
             return
         back = frame.f_back
         caller = _where(back.f_code, root) if back is not None else None
         calls.append((caller, where, name))
+        chain.append((below, f"{where}:{name}"))
 
     with tempfile.TemporaryDirectory() as tmp:
         trainer = _trainer(Path(tmp) / "ckpt")
@@ -131,12 +169,16 @@ def save_hops() -> dict[str, Any]:
         "crossings": len(down),
         "crossing_calls": sorted({f"{c} -> {w}:{n}" for c, w, n in down}),
         "stop_names": [f"{w}:{n}" for w, n in stops],
+        "chain": _render(chain),
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--trace", action="store_true", help="also print the calls of one save, in order"
+    )
     args = parser.parse_args()
     hops = save_hops()
     report = {
@@ -148,6 +190,7 @@ def main() -> None:
         "attributes": hops["attributes"],
         "crossing_calls": hops["crossing_calls"],
         "stop_names": hops["stop_names"],
+        **({"chain": hops["chain"]} if args.trace else {}),
     }
     if args.json:
         print(json.dumps(report, indent=2))
@@ -157,6 +200,10 @@ def main() -> None:
     print(f"{'save_crossings_into_checkpoint':32} {report['save_crossings_into_checkpoint']}")
     for line in report["crossing_calls"]:
         print(f"  {line}")
+    if args.trace:
+        print("calls of one save, in order (indent: depth below the entry):")
+        for line in report["chain"]:
+            print(f"  {line}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,15 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save
 
-from ampkit.checkpoint._digest import READ_BLOCK, HashingWriter, file_digest, write_hashed
+from ampkit.checkpoint._digest import (
+    READ_BLOCK,
+    FileDigest,
+    HashingWriter,
+    file_digest,
+    write_hashed,
+)
 from ampkit.checkpoint.folder import load_checkpoint, verify_checkpoint, write_checkpoint
+from ampkit.checkpoint.manifest import seal
 from ampkit.checkpoint.weights import (
     ALIASES_KEY,
     nonfinite_names,
@@ -80,6 +87,18 @@ def test_the_manifest_hashes_are_those_of_the_files_on_disk(tmp_path):
     loaded, loaded_state, _ = load_checkpoint(path)
     assert loaded is not None and torch.equal(loaded["w"], weights["w"])
     assert torch.equal(loaded_state["optimizer"]["m"], state["optimizer"]["m"])
+
+
+def test_complete_seals_the_manifest_with_the_digest_its_write_computed(tmp_path):
+    # the commit hashes the manifest once, as it writes it: COMPLETE records that BLAKE3
+    path = write_checkpoint(tmp_path, 3, {"w": torch.ones(4)}, {"step": 3})
+    manifest = (path / "manifest.json").read_bytes()
+    marker = (path / "COMPLETE").read_bytes()
+    assert marker == f"3\nmanifest blake3 {_b3(manifest)}\n".encode()
+    written = write_hashed(tmp_path / "m.json", manifest)
+    assert seal(3, written) == seal(3, manifest) == marker
+    with pytest.raises(ValueError, match="sha256"):
+        seal(3, FileDigest("0" * 64, len(manifest), "sha256"))
 
 
 def test_writes_hashed_in_the_background_or_inline_hash_the_same(tmp_path):

@@ -4,13 +4,13 @@ top-k agreement fp32 vs bf16."""
 from __future__ import annotations
 
 import torch
-from roles_model import Net
+from _models import MoENet
 
 from ampkit.doctor import diagnose
 
 
 def test_report_lists_routers_head_flop_share_and_agreement():
-    net, x = Net(), torch.randn(64, 8)
+    net, x = MoENet(), torch.randn(64, 8)
     report = diagnose(net, lambda: net(x).pow(2).mean(), "bf16", steps=1, with_precision_map=False)
     roles = report.to_dict()["roles"]
     assert roles["routers"] == ["moe.gate"] and roles["head"] == "lm_head"

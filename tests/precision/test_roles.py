@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+from _models import MoENet
 from torch import nn
 
 from ampkit.precision.fp32_modules import keep_fp32
@@ -16,38 +17,8 @@ from ampkit.precision.roles import find_roles, router_topk, topk_agreement
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-class MoE(nn.Module):
-    """The older layout: ``gate = nn.Linear(hidden, experts)``, top-k in the block."""
-
-    def __init__(self, width: int = 16, experts: int = 4) -> None:
-        super().__init__()
-        self.gate = nn.Linear(width, experts, bias=False)
-        self.experts = nn.ModuleList(nn.Linear(width, width) for _ in range(experts))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weights, chosen = torch.topk(self.gate(x).softmax(-1), 2, dim=-1)
-        out = torch.zeros_like(x)
-        for slot in range(2):
-            for e, expert in enumerate(self.experts):
-                mask = (chosen[..., slot] == e).unsqueeze(-1)
-                out = out + mask * weights[..., slot : slot + 1] * expert(x)
-        return out
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.inp = nn.Linear(8, 16)
-        self.moe = MoE()
-        self.lm_head = nn.Linear(16, 32)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.moe(self.inp(x)))
-
-
 def test_the_gate_feeding_the_topk_is_the_router_and_lm_head_the_head():
-    net, x = Net(), torch.randn(64, 8)
+    net, x = MoENet(), torch.randn(64, 8)
     roles = find_roles(net, lambda: net(x))
     assert roles.routers == ("moe.gate",) and roles.head == "lm_head"
     assert roles.names == ("moe.gate", "lm_head")
@@ -55,7 +26,7 @@ def test_the_gate_feeding_the_topk_is_the_router_and_lm_head_the_head():
 
 
 def test_agreement_is_one_for_the_same_run_and_counts_changed_tokens():
-    net, x = Net(), torch.randn(64, 8)
+    net, x = MoENet(), torch.randn(64, 8)
     first = router_topk(net, lambda: net(x))
     assert topk_agreement(first, router_topk(net, lambda: net(x))) == 1.0
     flipped = [(name, picks.flip(0)) for name, picks in first]

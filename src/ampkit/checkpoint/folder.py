@@ -238,8 +238,9 @@ def commit_checkpoint(
             raise CheckpointError(f"checkpoint: {tmp} {problem}; nothing was kept of it.")
         # inside the temporary folder: each file fsynced, the folder renamed as a whole
         text = json.dumps(manifest, indent=2).encode()
-        write_hashed(tmp / _MANIFEST, text, atomic=False)
-        write_hashed(tmp / _MARKER, seal(step, text), atomic=False)  # covers the manifest
+        written = write_hashed(tmp / _MANIFEST, text, atomic=False)
+        # covers the manifest, with the BLAKE3 its write computed
+        write_hashed(tmp / _MARKER, seal(step, written), atomic=False)
         for sub in [tmp, *(p for p in tmp.iterdir() if p.is_dir())]:
             fsync_dir(sub)
         os.replace(tmp, final)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ampkit._files import load_json, read_regular
 from ampkit._validate import is_int
-from ampkit.checkpoint._digest import ALGORITHMS, DIGEST, HEX_DIGEST, new_hash
+from ampkit.checkpoint._digest import ALGORITHMS, DIGEST, HEX_DIGEST, FileDigest, new_hash
 from ampkit.errors import CheckpointError
 
 __all__ = [
@@ -74,9 +74,23 @@ def _digest(data: bytes) -> str:
     return str(hasher.hexdigest())
 
 
-def seal(step: int, manifest: bytes) -> bytes:
-    """The ``COMPLETE`` marker of a checkpoint of ``step`` whose manifest is ``manifest``."""
-    return f"{step}\nmanifest {DIGEST} {_digest(manifest)}\n".encode()
+def seal(step: int, manifest: bytes | FileDigest) -> bytes:
+    """The ``COMPLETE`` marker of a checkpoint of ``step`` whose manifest is ``manifest``: its
+    bytes, or the :class:`FileDigest` that writing them returned (so they are not hashed
+    twice).
+
+    Raises:
+        ValueError: the digest is not of :data:`DIGEST`.
+    """
+    if isinstance(manifest, bytes):
+        hexdigest = _digest(manifest)
+    elif manifest.algorithm == DIGEST:
+        hexdigest = manifest.hexdigest
+    else:
+        raise ValueError(
+            f"seal: the manifest's digest is {manifest.algorithm}; COMPLETE records {DIGEST}."
+        )
+    return f"{step}\nmanifest {DIGEST} {hexdigest}\n".encode()
 
 
 def _read(file: Path, limit: int) -> bytes:

@@ -676,6 +676,9 @@ class Trainer:
         self, train_data: Any, signals: StopSignals | None, precision_change: str | None
     ) -> FitResult:
         parts, args = self._parts(), self.args
+        # the mode's metrics name parameters as the caller's model does: built once, after the
+        # set-up wrapped it (DDP and compile prefix the names, FSDP2 swaps in new parameters)
+        names = {id(p): n for n, p in parts.model.named_parameters()}
         reset_peak_memory(self.device)
         meter = Throughput(
             self.device,
@@ -702,7 +705,7 @@ class Trainer:
                 continue
             self.state.step += 1
             done = self.state.step >= self.max_steps
-            logged, stopped = self._after_step(result, meter, done, precision_change)
+            logged, stopped = self._after_step(result, meter, done, precision_change, names)
             if logged:
                 precision_change = None  # noted in the first row after the resume only
             if done or stopped:
@@ -743,11 +746,17 @@ class Trainer:
         )
 
     def _after_step(
-        self, result: StepResult, meter: Throughput, done: bool, precision_change: str | None
+        self,
+        result: StepResult,
+        meter: Throughput,
+        done: bool,
+        precision_change: str | None,
+        names: Mapping[int, str],
     ) -> tuple[bool, bool]:
         """Callbacks, the logged row and the checkpoint of one finished optimizer step;
         returns whether a metrics row was logged and whether ``EvalConfig.patience`` ran out
-        (this step is then the last)."""
+        (this step is then the last). ``names``: ``id(parameter) -> name`` for the mode's
+        metrics."""
         step, eval_config = self.state.step, self.eval_config
         scores: dict[str, float] | None = None
         for callback in self.callbacks:
@@ -777,7 +786,6 @@ class Trainer:
                 meter.restart_interval()
             if precision_change:
                 metrics = replace(metrics, precision_change=precision_change)
-            names = {id(p): n for n, p in self.model.named_parameters()}
             measured = self.mp.mode.step_metrics(self._parts().optimizer, step=step, names=names)
             metrics = replace(metrics, mode_metrics=measured)
             for callback in self.callbacks:

@@ -38,7 +38,6 @@ from ampkit.precision.optimizer_state import load_optimizer_state
 from ampkit.trainer.checkpointing.reshard import data_position, reshard_counters
 from ampkit.trainer.checkpointing.rng import get_rng_state, set_rng_state
 from ampkit.trainer.distributed import DistContext
-from ampkit.trainer.parallel import is_sharded
 from ampkit.trainer.state import TrainerState
 
 __all__ = [
@@ -53,9 +52,7 @@ __all__ = [
     "Restored",
     "TrainingParts",
     "full_weights",
-    "manifest_metadata",
     "restore",
-    "small_state",
     "snapshot",
 ]
 
@@ -108,9 +105,9 @@ def _full_options(**kwargs: Any) -> Any:
 
 def full_weights(parts: TrainingParts) -> dict[str, torch.Tensor]:
     """The model's full (unsharded) weights in fp32 on the CPU. Collective under FSDP2 (over
-    any mesh, also one the caller built), where only rank 0 receives them (the other ranks get
-    an empty dict)."""
-    if parts.sharded or is_sharded(parts.model):  # DTensors: gathered, never read one by one
+    any mesh, also one the caller built: ``TrainingParts.sharded`` says so), where only rank 0
+    receives them (the other ranks get an empty dict)."""
+    if parts.sharded:  # DTensors: gathered, never read one by one
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         weights = cast(
@@ -122,46 +119,55 @@ def full_weights(parts: TrainingParts) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in weights.items()}
 
 
-def small_state(parts: TrainingParts) -> dict[str, Any]:
-    """Scheduler, engine, counters, data position and every rank's RNG. Collective."""
+def snapshot(
+    parts: TrainingParts, *, full: bool = True
+) -> tuple[dict[str, torch.Tensor] | None, dict[str, Any], dict[str, Any]]:
+    """Take the current step's ``(weights, state, manifest metadata)``. Collective under
+    torchrun.
+
+    Args:
+        full: the full layout: the gathered weights, and the optimizer state first in
+            ``state`` (:data:`FULL_STATE_KEYS`). False (the sharded layout, whose model and
+            optimizer DCP writes): weights None and ``state`` without the optimizer
+            (:data:`SHARDED_STATE_KEYS`).
+
+    ``state`` also holds the scheduler, engine, counters, every rank's RNG and the data
+    position; the metadata the manifest's facts about the run (precision, world size,
+    strategy, data position, the run's settings).
+    """
+    weights: dict[str, torch.Tensor] | None = None
+    state: dict[str, Any] = {}
+    if full:
+        weights = full_weights(parts)
+        if parts.sharded:
+            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+            state[OPTIMIZER] = get_optimizer_state_dict(
+                parts.model, parts.optimizer, options=_full_options(cpu_offload=True)
+            )
+        else:
+            state[OPTIMIZER] = parts.optimizer.state_dict()
     rng: list[dict[str, Any] | None] = [get_rng_state()]
     if parts.dist.distributed:
         rng = [None] * parts.dist.world_size
         dist.all_gather_object(rng, get_rng_state())
-    return {
+    data = data_position(parts.counters, parts.engine, parts.batch_size, parts.dist.world_size)
+    state |= {
         SCHEDULER: parts.scheduler.state_dict() if parts.scheduler is not None else None,
         ENGINE: parts.engine.state_dict(),
         TRAINER: parts.counters.state_dict(),
         RNG: rng,
-        DATA: data_position(parts.counters, parts.engine, parts.batch_size, parts.dist.world_size),
+        DATA: data,
     }
-
-
-def manifest_metadata(parts: TrainingParts, state: dict[str, Any]) -> dict[str, Any]:
-    """The manifest's facts about the run (precision, world size, strategy, data position)."""
-    return {
+    metadata = {
         "precision": parts.engine.policy.precision,
         "world_size": parts.dist.world_size,
         "strategy": "fsdp" if parts.sharded else "replicated",
         "batch_size": parts.batch_size,
-        "samples_consumed": state[DATA]["samples_consumed"],
+        "samples_consumed": data["samples_consumed"],
         **({"config": parts.run_config} if parts.run_config is not None else {}),
     }
-
-
-def snapshot(parts: TrainingParts) -> tuple[dict[str, torch.Tensor], dict[str, Any], dict]:
-    """Take a full-layout ``(weights, state, manifest metadata)``. Collective under torchrun."""
-    weights = full_weights(parts)
-    if parts.sharded:
-        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-        optim = get_optimizer_state_dict(
-            parts.model, parts.optimizer, options=_full_options(cpu_offload=True)
-        )
-    else:
-        optim = parts.optimizer.state_dict()
-    state = {OPTIMIZER: optim, **small_state(parts)}
-    return weights, state, manifest_metadata(parts, state)
+    return weights, state, metadata
 
 
 # -- reading -------------------------------------------------------------------------------------

@@ -28,12 +28,7 @@ from ampkit.checkpoint.weights import (
     refuse_nonfinite,
 )
 from ampkit.errors import CheckpointError, ConfigurationError
-from ampkit.trainer.checkpointing.contents import (
-    TrainingParts,
-    manifest_metadata,
-    small_state,
-    snapshot,
-)
+from ampkit.trainer.checkpointing.contents import TrainingParts, snapshot
 
 __all__ = ["CheckpointWriter"]
 
@@ -111,32 +106,31 @@ class CheckpointWriter:
         self._group: Any = None
 
     def save(self, parts: TrainingParts) -> list[Path]:
-        """Checkpoint the current step (committing a pending asynchronous one first)."""
-        committed = self.finish(parts)
+        """Checkpoint the current step (sharded: committing a pending asynchronous one first;
+        the full layout never leaves one pending)."""
         step = parts.counters.step
         self.last_step = step
-        if self.layout == "full":
-            weights, state, metadata = snapshot(parts)
-            path, error = None, None
-            if parts.dist.is_main:
-                try:
-                    path = folder.write_checkpoint(
-                        self.root,
-                        step,
-                        weights,
-                        state,
-                        metadata,
-                        keep_last=self.keep_last,
-                        keep=self.keep,
-                    )
-                except BaseException as exc:  # every rank must learn that rank 0 failed
-                    error = exc
-            _agree(parts, error)
-            return [*committed, *([path] if path else [])]
-        self._start_sharded(parts, step)
-        if not self.async_save:
-            committed += self.finish(parts)
-        return committed
+        if self.layout == "sharded":
+            committed = self.finish(parts)
+            self._start_sharded(parts, step)
+            return committed if self.async_save else committed + self.finish(parts)
+        weights, state, metadata = snapshot(parts)
+        path, error = None, None
+        if parts.dist.is_main:
+            try:
+                path = folder.write_checkpoint(
+                    self.root,
+                    step,
+                    cast(dict, weights),  # the full layout: gathered (rank 0) or {}
+                    state,
+                    metadata,
+                    keep_last=self.keep_last,
+                    keep=self.keep,
+                )
+            except BaseException as exc:  # every rank must learn that rank 0 failed
+                error = exc
+        _agree(parts, error)
+        return [path] if path else []
 
     def _start_sharded(self, parts: TrainingParts, step: int) -> None:
         shards = sharded.state_dicts(parts.model, parts.optimizer)
@@ -146,11 +140,8 @@ class CheckpointWriter:
             dist.all_gather_object(everywhere, bad)
             bad = sorted({name for names in everywhere for name in names})
         refuse_nonfinite(bad, self.root / f"step-{step:08d}")
-        state = small_state(parts)
-        metadata = {
-            **manifest_metadata(parts, state),
-            "aliases": find_aliases(shards[sharded.MODEL]),
-        }
+        _, state, metadata = snapshot(parts, full=False)
+        metadata["aliases"] = find_aliases(shards[sharded.MODEL])
         tmp, error = None, None
         if parts.dist.is_main:
             try:

@@ -1,4 +1,9 @@
-"""A hand-written MoE with an LM head, for the roles tests of the doctor."""
+"""Test models shared by several test folders (importable as ``_models``: the folder of the
+top-level conftest is on ``sys.path``).
+
+* :class:`MoENet`: a hand-written MoE with an LM head, for the roles tests of
+  ``ampkit.precision.roles`` and of the doctor.
+"""
 
 from __future__ import annotations
 
@@ -24,7 +29,10 @@ class MoE(nn.Module):
         return out
 
 
-class Net(nn.Module):
+class MoENet(nn.Module):
+    """``inp`` (8 -> 16), :class:`MoE` (router ``moe.gate``, 4 experts of 16, top-2) and
+    ``lm_head`` (16 -> 32), from ``torch.manual_seed(0)``."""
+
     def __init__(self) -> None:
         super().__init__()
         torch.manual_seed(0)
