@@ -277,6 +277,15 @@ class FlowBuilder:
         if facts.resolver.scaler_ctor(call) is not None:
             self._emit("scaler_new", call, ctx, target=target)
             return
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "unscale_gradients"
+            and facts.framework_of(dotted_key(func.value)) == "accelerate"
+        ):
+            # ``accelerator.unscale_gradients()``: its GradScaler's unscale_ of the
+            # optimizers (not a rescale of the gradients by a count)
+            self._emit("framework_unscale", call, ctx, obj=dotted_key(func.value))
+            return
         if rescales_grads(call):
             self._emit("grad_rescale", call, ctx)
             return

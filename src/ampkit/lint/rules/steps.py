@@ -118,6 +118,10 @@ class DoubleUnscale(Rule):
                 scaler.update()
                 optimizer.zero_grad()
 
+    Accelerate's ``accelerator.clip_grad_norm_`` / ``clip_grad_value_`` unscale the
+    gradients themselves: ``accelerator.unscale_gradients()`` right before them unscales
+    twice.
+
     Good::
 
         for i, batch in enumerate(loader):
@@ -137,6 +141,16 @@ class DoubleUnscale(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
+            for explicit in unit.of("framework_unscale"):
+                clip = self._unscaling_clip(unit, explicit)
+                if clip is not None:
+                    yield self.finding(
+                        analysis,
+                        explicit.node,
+                        f"{explicit.obj}.unscale_gradients() and then {clip.obj}.clip_grad_norm_/"
+                        "clip_grad_value_, which unscales the gradients again (raises "
+                        "RuntimeError under fp16); drop the explicit unscale",
+                    )
             for second in unit.of("unscale"):
                 first = self._earlier_unscale(unit, second)
                 if first is not None:
@@ -156,6 +170,23 @@ class DoubleUnscale(Rule):
                         f"{second.obj}.update() only when `{guard}`; the next unscale_() before "
                         "update() raises RuntimeError (move unscale_ under the same condition)",
                     )
+
+    @staticmethod
+    def _unscaling_clip(unit: Unit, explicit: Event) -> Event | None:
+        """The framework clip after ``explicit`` (same accelerator, no step or update
+        between) that unscales the gradients itself."""
+        for clip in unit.related(explicit, "clip"):
+            if (
+                clip.order <= explicit.order
+                or not clip.framework
+                or clip.obj != explicit.obj
+                or exclusive(clip, explicit)
+            ):
+                continue
+            if unit.between(explicit, clip, "opt_step", "scaler_step", "scaler_update"):
+                return None
+            return clip
+        return None
 
     @staticmethod
     def _earlier_unscale(unit: Unit, second: Event) -> Event | None:
