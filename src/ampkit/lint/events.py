@@ -55,7 +55,7 @@ class Event:
 
     ``kind`` is one of ``backward``, ``scale``, ``scaler_step``, ``scaler_update``,
     ``unscale``, ``opt_step``, ``zero_grad``, ``clip``, ``cast``, ``float``, ``save``,
-    ``state_dict``, ``autocast``, ``scaler_new``, ``grad_rescale``.
+    ``state_dict``, ``autocast``, ``scaler_new``, ``grad_rescale``, ``framework_unscale``.
     """
 
     kind: str

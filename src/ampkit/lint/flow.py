@@ -92,10 +92,29 @@ class FlowBuilder:
     def _test(self, test: ast.expr) -> TestInfo:
         info = self._tests.get(id(test))
         if info is None:
-            info = self._tests[id(test)] = describe_test(test)
+            info = describe_test(test)
+            if info.divisor is None:
+                divisor = self._flag_divisor(test)
+                if divisor is not None:
+                    info = replace(info, divisor=divisor)
+            self._tests[id(test)] = info
             self.test_names[info.key] = info.names
             self.test_nodes.setdefault(info.key, test)
         return info
+
+    def _flag_divisor(self, test: ast.expr) -> str | None:
+        """The accumulation count of a flag tested alone or in an ``and``: ``is_step = (i + 1)
+        % n == 0`` then ``if is_step:`` (every binding of the flag such a comparison)."""
+        operands = (
+            test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
+        )
+        for operand in operands:
+            key = dotted_key(operand) if isinstance(operand, (ast.Name, ast.Attribute)) else None
+            values = self.facts.assignments.get(key, []) if key is not None else []
+            divisors = {_modulo_comparison(v) for v in values}
+            if len(divisors) == 1 and None not in divisors:
+                return divisors.pop()
+        return None
 
     def _bind(self, keys: list[str], ctx: Context) -> None:
         for loop in ctx.loops:
@@ -257,6 +276,15 @@ class FlowBuilder:
             return
         if facts.resolver.scaler_ctor(call) is not None:
             self._emit("scaler_new", call, ctx, target=target)
+            return
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "unscale_gradients"
+            and facts.framework_of(dotted_key(func.value)) == "accelerate"
+        ):
+            # ``accelerator.unscale_gradients()``: its GradScaler's unscale_ of the
+            # optimizers (not a rescale of the gradients by a count)
+            self._emit("framework_unscale", call, ctx, obj=dotted_key(func.value))
             return
         if rescales_grads(call):
             self._emit("grad_rescale", call, ctx)
@@ -435,3 +463,19 @@ class FlowBuilder:
         child.local = {}
         child._site = None if facts is self.home else (self._site or site)
         return child
+
+
+def _modulo_comparison(value: ast.expr) -> str | None:
+    """The ``n`` of ``(i + 1) % n == 0`` (a comparison of a remainder and nothing else)."""
+    if (
+        isinstance(value, ast.Compare)
+        and len(value.ops) == 1
+        and isinstance(value.ops[0], ast.Eq)
+        and isinstance(value.left, ast.BinOp)
+        and isinstance(value.left.op, ast.Mod)
+        and not (
+            isinstance(value.left.left, ast.Constant) and isinstance(value.left.left.value, str)
+        )
+    ):
+        return ast.unparse(value.left.right)
+    return None

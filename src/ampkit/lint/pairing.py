@@ -46,6 +46,7 @@ from ampkit.lint.scopes import (
     Bindings,
     atom_name,
     constants_of,
+    field_key,
     parse_key,
     position,
     read_statements,
@@ -406,7 +407,9 @@ class Pairing:
                 sides = [node.left, *node.comparators]  # type: ignore[attr-defined]
                 consts = [c for s in sides for c in constants_of(s)]
                 for side in sides:
-                    if not list(constants_of(side)) and dotted_key(side) is not None:
+                    if not list(constants_of(side)) and (
+                        dotted_key(side) is not None or field_key(side) is not None
+                    ):
                         found.setdefault(atom_name(side), set()).update(consts)
             for node in self.facts.of_type(ast.Subscript):
                 base = node.value  # type: ignore[attr-defined]

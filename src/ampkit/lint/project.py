@@ -79,6 +79,11 @@ class ModuleSummary:
     scaler: bool = False
     #: keyword -> the torch dtypes calls pass it (``fit(..., amp_dtype=torch.bfloat16)``)
     dtype_keywords: dict[str, set[str]] = field(default_factory=dict)
+    #: the reductions of the file's torch loss calls (``"mean"`` when none is passed, the
+    #: literal or the enclosing parameter's literal default, ``"?"`` when unknown)
+    reductions: set[str] = field(default_factory=set)
+    #: modules the file imports names from, as written (``.valle``, ``pkg.models``)
+    imported: set[str] = field(default_factory=set)
 
 
 _WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
@@ -279,6 +284,10 @@ def summarise(text: str) -> ModuleSummary | None:
             summary.scaler = True
     if "add_argument" in text or "Literal" in text:
         summary.options = option_summary(calls, fields)
+    summary.reductions = loss_reductions(tree)
+    for node in imports:
+        if isinstance(node, ast.ImportFrom):
+            summary.imported.add("." * node.level + (node.module or ""))
     summary.flags = any(isinstance(s, (ast.Assign, ast.AnnAssign, ast.If)) for s in tree.body)
     if _WORTH_RESOLVING.search(text):
         resolver = Resolver(
@@ -294,6 +303,58 @@ def summarise(text: str) -> ModuleSummary | None:
                 if wrapper is not None:
                     summary.wrappers[stmt.name] = wrapper
     return summary
+
+
+#: torch loss functions and modules that take ``reduction=`` (mean by default)
+_LOSSES = frozenset(
+    {"cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+     "binary_cross_entropy", "binary_cross_entropy_with_logits", "kl_div", "ctc_loss",
+     "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss",
+     "BCELoss", "BCEWithLogitsLoss", "KLDivLoss", "CTCLoss"}
+)  # fmt: skip
+
+
+def loss_reductions(tree: ast.AST) -> set[str]:
+    """The reductions the torch loss calls of ``tree`` use: the ``reduction=`` literal, the
+    literal default of the enclosing function's parameter it names, ``"mean"`` when none is
+    passed, ``"?"`` when it cannot be told."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST, defaults: dict[str, object]) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            inner = dict(defaults)
+            for arg in positional:
+                inner.pop(arg.arg, None)
+            for arg, default in zip(positional[::-1], args.defaults[::-1], strict=False):
+                if isinstance(default, ast.Constant):
+                    inner[arg.arg] = default.value
+            for arg, kw_default in zip(args.kwonlyargs, args.kw_defaults, strict=False):
+                if isinstance(kw_default, ast.Constant):
+                    inner[arg.arg] = kw_default.value
+            defaults = inner
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in _LOSSES:
+                value = next((kw.value for kw in node.keywords if kw.arg == "reduction"), None)
+                if value is None:
+                    found.add("?" if any(kw.arg is None for kw in node.keywords) else "mean")
+                elif isinstance(value, ast.Constant):
+                    found.add(str(value.value))
+                elif isinstance(value, ast.Name) and isinstance(defaults.get(value.id), str):
+                    found.add(str(defaults[value.id]))
+                else:
+                    found.add("?")
+        for child in ast.iter_child_nodes(node):
+            visit(child, defaults)
+
+    try:
+        visit(tree, {})
+    except RecursionError:
+        return {"?"}
+    return found
 
 
 _DTYPE_ATTRS = frozenset(name.rsplit(".", 1)[-1] for name in DTYPES)
@@ -498,6 +559,38 @@ class ProjectView:
     def any_scaler(self) -> bool:
         """Whether some file of the tree builds a GradScaler."""
         return self.index.any_scaler
+
+    def loss_reductions(self, own: set[str], depth: int = 2) -> set[str]:
+        """The reductions of the torch loss calls in this file (``own``) and in the tree's
+        modules it imports from, followed ``depth`` imports deep."""
+        found = set(own)
+        frontier: list[tuple[str, str]] = [(self.module, self.path)]
+        seen = {self.path}
+        for _ in range(depth):
+            following: list[tuple[str, str]] = []
+            for module, path in frontier:
+                here = ProjectView(self.index, path, module)
+                summary = self.index.find(module, path)
+                if summary is None:
+                    continue
+                for imported in summary.imported:
+                    target = here._module_entry(imported)
+                    if target is None or target[1] in seen:
+                        continue
+                    seen.add(target[1])
+                    found |= target[2].reductions
+                    following.append((target[0], target[1]))
+            frontier = following
+        return found
+
+    def _module_entry(self, qualname: str) -> tuple[str, str, ModuleSummary] | None:
+        """The index entry of the module ``qualname`` (absolute or relative) names."""
+        absolute = self._absolute(qualname)
+        if not absolute:
+            return None
+        if absolute.split(".")[0] not in self.index.heads and not qualname.startswith("."):
+            return None
+        return self.index.entry(absolute, self.path)
 
     def bindings(self, qualname: str) -> tuple[str, str] | None:
         """``(path, name there)`` of the tree's module ``qualname`` lives in; ``None`` when

@@ -22,6 +22,7 @@ __all__ = [
     "Bindings",
     "atom_name",
     "constants_of",
+    "field_key",
     "parse_key",
     "position",
     "read_statements",
@@ -123,11 +124,30 @@ def _targets(stmt: ast.stmt) -> list[str]:
 
 
 def atom_name(node: ast.AST) -> str:
-    """The name of an atom: the last part of a name or attribute chain, else its text."""
+    """The name of an atom: the last part of a name or attribute chain, the key of a field
+    looked up by a string (``params["use_amp"]`` is `use_amp`, as ``cfg.use_amp`` is), else
+    its text."""
     key = dotted_key(node)
     if key is not None:
         return key.rsplit(".", 1)[-1]
+    field = field_key(node)
+    if field is not None:
+        return field
     return ast.unparse(node)
+
+
+def field_key(node: ast.AST) -> str | None:
+    """``"use_amp"`` for ``params["use_amp"]`` / ``self.cfg["use_amp"]`` (a string key of
+    a name or attribute chain), else ``None``."""
+    if (
+        isinstance(node, ast.Subscript)
+        and isinstance(node.slice, ast.Constant)
+        and isinstance(node.slice.value, str)
+        and node.slice.value.isidentifier()
+        and dotted_key(node.value) is not None
+    ):
+        return node.slice.value
+    return None
 
 
 #: every concrete statement class of :mod:`ast`

@@ -17,3 +17,13 @@ for x, y in loader:
         continue
     scaler.step(optimizer)
     scaler.update()
+
+
+def train_prepared(accelerator, model, optimizer, loader):
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for batch in loader:
+        with accelerator.autocast():
+            loss = model(batch)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()

@@ -9,6 +9,7 @@ from ampkit.lint.analysis import FileAnalysis
 from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.names import dotted_key
+from ampkit.lint.project import loss_reductions
 from ampkit.lint.rules.base import Rule, register
 
 __all__ = ["UndividedAccumulatedLoss"]
@@ -57,17 +58,17 @@ class _Provenance:
         for _ in range(_DEPTH):
             before = len(tainted)
             for key, values in self.facts.assignments.items():
-                if key not in tainted and any(_mentions(v, tainted) for v in values):
+                if key not in tainted and any(_carries(v, tainted) for v in values):
                     tainted.add(key)
             for call, fn in params:
                 positional = [a.arg for a in fn.args.posonlyargs + fn.args.args]
                 if positional and positional[0] in ("self", "cls"):
                     positional = positional[1:]
                 for name, arg in zip(positional, call.args, strict=False):
-                    if _mentions(arg, tainted):
+                    if _carries(arg, tainted):
                         tainted.add(name)
                 for kw in call.keywords:
-                    if kw.arg is not None and _mentions(kw.value, tainted):
+                    if kw.arg is not None and _carries(kw.value, tainted):
                         tainted.add(kw.arg)
             if len(tainted) == before:
                 break
@@ -113,7 +114,7 @@ class _Provenance:
         if not isinstance(value, ast.Call):
             return False
         args = [*value.args, *(kw.value for kw in value.keywords)]
-        if any(_mentions(a, self.tainted) for a in args):
+        if any(_carries(a, self.tainted) for a in args):
             return True
         func = value.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
@@ -121,11 +122,16 @@ class _Provenance:
         return callee is not None and _has_division(callee)
 
 
-def _mentions(node: ast.AST, keys: set[str]) -> bool:
-    for sub in ast.walk(node):
-        if isinstance(sub, (ast.Name, ast.Attribute)) and dotted_key(sub) in keys:
-            return True
-    return False
+def _carries(node: ast.AST, keys: set[str]) -> bool:
+    """Whether ``node``'s value is computed from one of ``keys``; a comparison of it (the
+    ``is_step = (i + 1) % n == 0`` flag, the test of ``a if c else b``) yields no such value."""
+    if isinstance(node, ast.Compare):
+        return False
+    if isinstance(node, ast.IfExp):
+        return _carries(node.body, keys) or _carries(node.orelse, keys)
+    if isinstance(node, (ast.Name, ast.Attribute)) and dotted_key(node) in keys:
+        return True
+    return any(_carries(child, keys) for child in ast.iter_child_nodes(node))
 
 
 def _method(analysis: FileAnalysis, name: str) -> ast.AST | None:
@@ -133,6 +139,71 @@ def _method(analysis: FileAnalysis, name: str) -> ast.AST | None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return node
     return None
+
+
+def _sum_reduced(analysis: FileAnalysis) -> bool:
+    """Whether every torch loss the file and the tree's modules it imports compute is
+    sum-reduced (``reduction="sum"``, written or the default of the parameter passed on):
+    the gradients of ``n`` summed micro-batch losses are those of one summed big batch, so
+    there is nothing to divide by ``n`` (the loss is normalised by its count elsewhere)."""
+    own = loss_reductions(analysis.tree)
+    found = own if analysis.project is None else analysis.project.loss_reductions(own)
+    return found == {"sum"}
+
+
+def _root(node: ast.expr) -> str | None:
+    """The variable a chain of calls and attributes starts from (``loss.detach().item()``)."""
+    while True:
+        if isinstance(node, ast.Call):
+            node = node.func
+        elif isinstance(node, ast.Attribute):
+            node = node.value
+        else:
+            break
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _key(node: ast.expr) -> object:
+    """The constant key of ``d["loss"]`` (``None`` for any other expression)."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        return node.slice.value
+    return None
+
+
+def _count_normalised(analysis: FileAnalysis, loss: str) -> bool:
+    """Whether the file records the value of ``loss`` under a key (``info["loss"] =
+    loss.item()``) beside an element count summed from a tensor (``info["frames"] =
+    lens.sum().item()``) and reports the one divided by the other: a loss summed over its
+    elements, normalised by their count when reported, not by the micro-batch count."""
+    losses: set[object] = set()
+    counts: set[object] = set()
+    for node in analysis.nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            key = _key(node.targets[0])
+        elif isinstance(node, ast.AugAssign):
+            key = _key(node.target)
+        else:
+            continue
+        if key is None:
+            continue
+        if _root(node.value) == loss:
+            losses.add(key)
+        elif any(
+            isinstance(sub, ast.Call)
+            and isinstance(sub.func, ast.Attribute)
+            and sub.func.attr == "sum"
+            for sub in ast.walk(node.value)
+        ):
+            counts.add(key)
+    if not losses or not counts:
+        return False
+    return any(
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Div)
+        and _key(node.left) in losses
+        and _key(node.right) in counts - losses
+        for node in analysis.nodes
+    )
 
 
 @register
@@ -150,6 +221,14 @@ class UndividedAccumulatedLoss(Rule):
     the next step in the same iteration consumes unconditionally is not accumulated, even
     when another optimizer is stepped every ``n`` iterations (the delayed actor update of
     TD3-style reinforcement learning).
+
+    A sum-reduced loss needs no division: ``n`` summed micro-batch losses have the gradients
+    of one summed big batch. It is recognised when every torch loss the file (and, in a
+    project, the tree's modules it imports, two imports deep) computes passes
+    ``reduction="sum"`` (written, or as the default of the parameter it passes on), or when
+    the file records the loss's value beside an element count summed from a tensor and
+    reports the one divided by the other (``info["loss"] = loss.item()``,
+    ``info["frames"] = lens.sum().item()``, ``tot["loss"] / tot["frames"]``).
 
     Bad::
 
@@ -179,6 +258,8 @@ class UndividedAccumulatedLoss(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         provenance: dict[str, _Provenance] = {}
+        if _sum_reduced(analysis):
+            return
         for unit in analysis.units:
             for b in unit.of("backward"):
                 if b.framework or b.ctx.accum or not b.loops:
@@ -195,6 +276,9 @@ class UndividedAccumulatedLoss(Rule):
                 if divisor not in provenance:
                     provenance[divisor] = _Provenance(analysis, divisor)
                 if provenance[divisor].normalised(b.loss):
+                    continue
+                loss = dotted_key(b.loss) if b.loss is not None else None
+                if loss is not None and _count_normalised(analysis, loss):
                     continue
                 yield self.finding(
                     analysis,

@@ -118,6 +118,10 @@ class DoubleUnscale(Rule):
                 scaler.update()
                 optimizer.zero_grad()
 
+    Accelerate's ``accelerator.clip_grad_norm_`` / ``clip_grad_value_`` unscale the
+    gradients themselves: ``accelerator.unscale_gradients()`` right before them unscales
+    twice.
+
     Good::
 
         for i, batch in enumerate(loader):
@@ -137,6 +141,16 @@ class DoubleUnscale(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
+            for explicit in unit.of("framework_unscale"):
+                clip = self._unscaling_clip(unit, explicit)
+                if clip is not None:
+                    yield self.finding(
+                        analysis,
+                        explicit.node,
+                        f"{explicit.obj}.unscale_gradients() and then {clip.obj}.clip_grad_norm_/"
+                        "clip_grad_value_, which unscales the gradients again (raises "
+                        "RuntimeError under fp16); drop the explicit unscale",
+                    )
             for second in unit.of("unscale"):
                 first = self._earlier_unscale(unit, second)
                 if first is not None:
@@ -156,6 +170,23 @@ class DoubleUnscale(Rule):
                         f"{second.obj}.update() only when `{guard}`; the next unscale_() before "
                         "update() raises RuntimeError (move unscale_ under the same condition)",
                     )
+
+    @staticmethod
+    def _unscaling_clip(unit: Unit, explicit: Event) -> Event | None:
+        """The framework clip after ``explicit`` (same accelerator, no step or update
+        between) that unscales the gradients itself."""
+        for clip in unit.related(explicit, "clip"):
+            if (
+                clip.order <= explicit.order
+                or not clip.framework
+                or clip.obj != explicit.obj
+                or exclusive(clip, explicit)
+            ):
+                continue
+            if unit.between(explicit, clip, "opt_step", "scaler_step", "scaler_update"):
+                return None
+            return clip
+        return None
 
     @staticmethod
     def _earlier_unscale(unit: Unit, second: Event) -> Event | None:
@@ -199,7 +230,9 @@ class ZeroGradBeforeScalerStep(Rule):
     """``optimizer.zero_grad()`` between the scaled backward and ``scaler.step``.
 
     The gradients just computed are erased before the step uses them: the optimizer steps
-    on zeros (or ``None``), so the model does not learn from that batch.
+    on zeros (or ``None``), so the model does not learn from that batch. The same holds for
+    a framework's backward (``accelerator.backward(loss)``, which scales the loss under
+    fp16) followed by ``optimizer.zero_grad()`` and that optimizer's ``step()``.
 
     Bad::
 
@@ -228,6 +261,14 @@ class ZeroGradBeforeScalerStep(Rule):
             for z in unit.of("zero_grad"):
                 b = current_backward(unit, z)
                 if b is None:
+                    found = self._framework_step(unit, z)
+                    if found is not None:
+                        yield self.finding(
+                            analysis,
+                            z.node,
+                            f"{z.obj}.zero_grad() discards the gradients of {found.obj}.backward() "
+                            f"before {z.obj}.step() uses them",
+                        )
                     continue
                 for s in unit.related(z, "scaler_step"):
                     if s.order < z.order or exclusive(s, z) or exclusive(s, b):
@@ -243,6 +284,25 @@ class ZeroGradBeforeScalerStep(Rule):
                         f"before {s.obj}.step() uses them",
                     )
                     break
+
+    @staticmethod
+    def _framework_step(unit: Unit, z: Event) -> Event | None:
+        """The framework backward (``accelerator.backward(loss)``, which scales the loss
+        under fp16) whose gradients ``z`` erases right before the same optimizer's
+        ``step()`` (the prepared optimizer steps through the framework's GradScaler)."""
+        before = last_before(unit, z, "backward", "opt_step", "scaler_step")
+        if not before or before[0].kind != "backward" or not before[0].framework:
+            return None
+        b = before[0]
+        if exclusive(b, z) or b.extra.get("framework") == "lightning":
+            return None
+        for s in unit.related(z, "opt_step"):
+            if s.order < z.order or s.obj != z.obj or exclusive(s, z) or s.framework:
+                continue
+            if unit.between(z, s, "backward", "zero_grad"):
+                return None
+            return b
+        return None
 
 
 @register

@@ -1,0 +1,3 @@
+from .net import Net
+
+__all__ = ["Net"]
