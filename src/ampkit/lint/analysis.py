@@ -281,6 +281,15 @@ class FileAnalysis:
             self._parents = {id(c): p for p in self.nodes for c in ast.iter_child_nodes(p)}
         return self._parents.get(id(node))
 
+    def scope_of(self, node: ast.AST) -> ast.AST:
+        """The innermost function holding ``node`` (the module at top level)."""
+        current = self.parent(node)
+        while current is not None and not isinstance(
+            current, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+        ):
+            current = self.parent(current)
+        return current if current is not None else self.tree
+
     def group_events(self, group: int, *kinds: str) -> list[Event]:
         """Events of the given kinds in every unit of a class (or of the module, group 0)."""
         key = (group, kinds)

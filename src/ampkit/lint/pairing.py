@@ -30,141 +30,29 @@ the rules keep their single-value judgement.
 from __future__ import annotations
 
 import ast
-import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
-from ampkit.lint.discovery import MAX_FILE_BYTES, read_source
 from ampkit.lint.events import Event
-from ampkit.lint.facts import FileFacts
 from ampkit.lint.names import AUTOCAST_APIS, BF16, DEFAULT_DTYPE, DTYPES, call_argument, dotted_key
-from ampkit.lint.project import ProjectView, note_dtype_keywords, option_summary
-from ampkit.lint.scopes import (
-    END,
-    STATEMENT_TYPES,
-    Bindings,
-    atom_name,
-    constants_of,
-    field_key,
-    parse_key,
-    position,
-    read_statements,
+from ampkit.lint.scopes import atom_name, item_key, parse_key
+from ampkit.lint.solver import (
+    MISSING,
+    OTHER,
+    Answer,
+    Dtype,
+    ScalerValue,
+    Solver,
+    Table,
+    Unknown,
+    Where,
+    arm_tests,
+    truth,
 )
 
 __all__ = ["Answer", "Pairing"]
 
-_MAX_RUNS = 96
-_MAX_DEPTH = 24
 
-
-class _Other:
-    """A value of a free atom other than every constant it is compared with."""
-
-    def __repr__(self) -> str:
-        return "another value"
-
-
-OTHER = _Other()
-
-
-@dataclass(frozen=True)
-class _Dtype:
-    name: str
-
-
-@dataclass(frozen=True)
-class _Scaler:
-    enabled: bool
-
-
-@dataclass(frozen=True)
-class _Table:
-    """A dict literal: its constant keys and value expressions, where it is written."""
-
-    entries: tuple[tuple[object, ast.expr], ...]
-    where: _Where
-
-
-class _Unknown(Exception):
-    """A value the question needs and cannot follow."""
-
-
-class _Need(Exception):
-    def __init__(self, atom: str, domain: tuple[object, ...]) -> None:
-        super().__init__(atom)
-        self.atom = atom
-        self.domain = domain
-
-
-@dataclass(frozen=True)
-class _Where:
-    """A place code is read at: its source, scope (function, ``None`` for module level) and
-    position (statement line and column)."""
-
-    source: Bindings
-    scope: ast.AST | None
-    pos: tuple[int, int]
-    #: the conditions around the statement (only for places of events)
-    tests: tuple[tuple[ast.expr, bool], ...] = ()
-
-
-@dataclass(frozen=True)
-class Answer:
-    """``verdict`` is ``bad``, ``never`` or ``unknown``; ``condition`` names the values that
-    make it bad (empty when nothing is free)."""
-
-    verdict: str
-    condition: str = ""
-
-    def when(self) -> str:
-        """`` when `x` is true`` (or empty), to append to a message."""
-        return f" when {self.condition}" if self.condition else ""
-
-
-def _show(atom: str, value: object) -> str:
-    if value is True:
-        return f"`{atom}` is true"
-    if value is False:
-        return f"`{atom}` is false"
-    if value is OTHER:
-        return f"`{atom}` is another value"
-    if isinstance(value, _Dtype):
-        return f"`{atom}` is torch.{value.name}"
-    return f"`{atom}` is {value!r}"
-
-
-class Pairing:
+class Pairing(Solver):
     """The pairing questions of one analysed file (built on first use, see the module doc)."""
-
-    def __init__(self, tree: ast.Module, facts: FileFacts, project: ProjectView | None) -> None:
-        self.facts = facts
-        self.project = project
-        self.home = Bindings(True)
-        read_statements(self.home, tree.body, None, ())
-        self._stmt_of: dict[int, ast.stmt] | None = None
-        self.constants_of: dict[str, set[object]] | None = None
-        self._classes: dict[int, ast.ClassDef] = {}
-        for node in self.facts.of_type(ast.ClassDef):
-            for item in node.body:  # type: ignore[attr-defined]
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    self._classes[id(item)] = node  # type: ignore[assignment]
-        options = option_summary(
-            self.facts.of_type(ast.Call),  # type: ignore[arg-type]
-            self.facts.of_type(ast.AnnAssign),  # type: ignore[arg-type]
-        )
-        self.options = dict(project.options) if project is not None else {}
-        self.options.update(options)
-        self._dtype_values: dict[str, set[str]] | None = None
-        # one run's state
-        self._assignment: dict[str, object] = {}
-        self._read: list[str] = []
-        #: atoms read to decide the pairing itself, not only whether a place is reached
-        #: (``if torch.cuda.is_available():``); a message names these when there are any
-        self._decided: set[str] = set()
-        self._reaching = 0
-        self._memo: dict[tuple[int, str, int, tuple[int, int], bool], object] = {}
-        self._active: set[tuple[int, str, int, tuple[int, int], bool]] = set()
 
     # -- the questions ------------------------------------------------------------------
     def scaler_with_bf16(self, regions: list[Event], use: Event) -> Answer:
@@ -172,6 +60,7 @@ class Pairing:
         that region runs in bfloat16 and the scaler is enabled?"""
         where_use = self._where(use.node)
         key = use.obj
+        self._dtype_atoms = self._shared_dtype_atoms(regions, key)
 
         def bad() -> bool:
             if key is None or where_use is None or not self._reached(where_use):
@@ -179,131 +68,139 @@ class Pairing:
             scaler = self._lookup(key, where_use)
             if scaler is None or scaler is False:
                 return False
-            if not isinstance(scaler, _Scaler):
-                raise _Unknown(key)
+            if not isinstance(scaler, ScalerValue):
+                raise Unknown(key)
             if not scaler.enabled:
                 return False
             dtypes = [self._region_dtype(a) for a in regions]
             live = [d for d in dtypes if d is not None]
             return bool(live) and all(d == BF16 for d in live)
 
-        return self._solve(bad)
+        try:
+            return self.solve(bad)
+        finally:
+            self._dtype_atoms = frozenset()
+
+    def _shared_dtype_atoms(self, regions: list[Event], key: str | None) -> frozenset[str]:
+        """The names read both by an autocast's ``dtype=`` and by the ``enabled=`` of the
+        scaler ``key`` (``GradScaler(enabled=amp_dtype is not None)`` next to
+        ``autocast(dtype=amp_dtype)``): the scaler is on for every dtype, bfloat16 included,
+        so those names range over the torch dtypes too."""
+        ctor = self.facts.scaler_keys.get(key) if key is not None else None
+        enabled = call_argument(ctor, 99, "enabled") if ctor is not None else None
+        if enabled is None:
+            return frozenset()
+        read = self._names_read(enabled, follow=True)
+        shared: set[str] = set()
+        for region in regions:
+            call = getattr(region.extra.get("info"), "node", None)
+            if isinstance(call, ast.Call):
+                dtype = call_argument(call, 1, "dtype")
+                if dtype is not None:
+                    shared |= read & self._names_read(dtype, follow=False)
+        return frozenset(shared)
+
+    def _names_read(self, node: ast.expr, follow: bool) -> set[str]:
+        """The atom names of the names and attribute chains in ``node`` (with ``follow``,
+        also in the values bound to a plain name in the file: ``enable = dtype is not
+        None``)."""
+        found: set[str] = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Name, ast.Attribute)) and dotted_key(sub) is not None:
+                found.add(atom_name(sub))
+                if follow and isinstance(sub, ast.Name):
+                    for value in self.facts.assignments.get(sub.id, ())[:4]:
+                        found |= self._names_read(value, follow=False)
+        return found
+
+    def fp16_on_cpu(self, call: ast.Call) -> Answer:
+        """Can the autocast ``call`` run enabled in float16 on the CPU (its device and dtype
+        read from flags, a device test, or a dict passed as ``**kwargs``)?"""
+        return self.solve(lambda: self._cpu_fp16(call))
+
+    def _cpu_fp16(self, call: ast.Call) -> bool:
+        where = self._where(call)
+        api = self.facts.imports.qualname(call.func)
+        if where is None or api not in AUTOCAST_APIS or not self._reached(where):
+            return False
+        stmt = self._statement(call)
+        guards = arm_tests(stmt, call) if stmt is not None else []
+        if not self._tests_hold(tuple(guards), where):
+            return False  # ``nullcontext() if device == "cpu" else torch.autocast(...)``
+        fixed = AUTOCAST_APIS[api]
+        places = (
+            (("enabled", 0), ("dtype", 1))
+            if fixed
+            else (("device_type", 0), ("dtype", 1), ("enabled", 2))
+        )
+        values: dict[str, object] = {}
+        for name, index in places:
+            read = len(self._read)
+            values[name] = self._argument(call, index, name, where)
+            if name == "device_type" and any("is_available" in atom for atom in self._read[read:]):
+                # ``"cuda" if torch.cuda.is_available() else "cpu"``: the CPU is the
+                # fallback of a machine without a GPU, not a device chosen for fp16
+                return False
+        enabled = values.get("enabled", MISSING)
+        if enabled is not MISSING and not truth(enabled):
+            return False
+        device = fixed if fixed else values["device_type"]
+        if not isinstance(device, str):
+            raise Unknown("device")
+        if device.split(":", 1)[0] != "cpu":
+            return False
+        dtype = values["dtype"]
+        if dtype is MISSING or dtype is None:
+            return False  # the CPU default, bfloat16
+        if isinstance(dtype, str) and f"torch.{dtype}" in DTYPES:
+            dtype = Dtype(DTYPES[f"torch.{dtype}"])
+        if not isinstance(dtype, Dtype):
+            raise Unknown("dtype")
+        return dtype.name == "float16"
+
+    def _argument(self, call: ast.Call, index: int, name: str, where: Where) -> object:
+        """The value of an argument of ``call``: given by position or keyword, or a key of a
+        dict passed as ``**kwargs`` (its literal, and ``kwargs["name"] = ...`` after it);
+        ``MISSING`` when not given."""
+        node = call_argument(call, index, name)
+        if node is not None:
+            return self._eval(node, where)
+        for kw in call.keywords:
+            key = dotted_key(kw.value) if kw.arg is None else None
+            if key is None:
+                continue
+            item = item_key(ast.Subscript(parse_key(key), ast.Constant(name)))
+            if item is not None and any(
+                b.scope is where.scope and b.pos < where.pos
+                for b in where.source.by_key.get(item, ())
+            ):
+                bound = self._bound_item(item, where)
+                if bound is not MISSING:
+                    return bound
+            table = self._eval(kw.value, where)
+            if isinstance(table, Table):
+                for constant, value in table.entries:
+                    if constant == name:
+                        return self._eval(value, table.where)
+                return MISSING
+            raise Unknown(key)
+        return MISSING
+
+    def _bound_item(self, item: str, where: Where) -> object:
+        """The value of the last ``kwargs["name"] = ...`` that reaches ``where``."""
+        for binding in reversed(where.source.by_key.get(item, ())):
+            if binding.scope is not where.scope or binding.pos >= where.pos:
+                continue
+            at = Where(where.source, binding.scope, binding.pos)
+            if self._tests_hold(binding.tests, at) and binding.value is not None:
+                return self._eval(binding.value, at)
+        return MISSING
 
     def fp16_possible(self, region: Event) -> Answer:
         """Can ``region`` run enabled in float16?"""
-        return self._solve(lambda: self._region_dtype(region) == "float16")
+        return self.solve(lambda: self._region_dtype(region) == "float16")
 
     # -- search ----------------------------------------------------------------------------
-    def _solve(self, question: Callable[[], bool]) -> Answer:
-        stack: list[dict[str, object]] = [{}]
-        runs = 0
-        unknown = False
-        while stack:
-            runs += 1
-            if runs > _MAX_RUNS:
-                return Answer("unknown")
-            assignment = stack.pop()
-            outcome = self._run(question, assignment)
-            if isinstance(outcome, _Need):
-                for value in reversed(outcome.domain):
-                    stack.append({**assignment, outcome.atom: value})
-            elif outcome is None:
-                unknown = True
-            elif outcome:
-                return Answer("bad", self._condition(question, assignment))
-        return Answer("unknown" if unknown else "never")
-
-    def _run(self, question: Callable[[], bool], assignment: dict[str, object]) -> object:
-        """True/False, ``None`` (unknown) or the :class:`_Need` of an unassigned atom."""
-        self._assignment = assignment
-        self._read = []
-        self._decided = set()
-        self._memo = {}
-        self._active = set()
-        try:
-            return bool(question())
-        except _Need as need:
-            return need
-        except (_Unknown, RecursionError):
-            return None
-
-    def _condition(self, question: Callable[[], bool], assignment: dict[str, object]) -> str:
-        """The atoms of a bad assignment that matter. An atom is left out when no value of
-        it, together with any values of the atoms already left out, is known to be fine."""
-        self._run(question, assignment)
-        read = list(dict.fromkeys(self._read))
-        dropped: list[str] = []
-        kept: list[str] = []
-        for atom in read:
-            free = [*dropped, atom]
-            combos: list[dict[str, object]] = [{}]
-            for name in free:
-                combos = [{**c, name: v} for c in combos for v in self._domain_of(name)]
-                if len(combos) > _MAX_RUNS // 4:
-                    break
-            if len(combos) <= _MAX_RUNS // 4 and not any(
-                self._some_fine(question, {**assignment, **combo}) for combo in combos
-            ):
-                dropped.append(atom)
-            else:
-                kept.append(atom)
-        self._run(question, assignment)
-        decided = [a for a in kept if a in self._decided]
-        return " and ".join(_show(a, assignment[a]) for a in decided or kept)
-
-    def _some_fine(self, question: Callable[[], bool], assignment: dict[str, object]) -> bool:
-        """Whether some completion of ``assignment`` is known to be fine (the question
-        false), the atoms it does not assign taking each of their values."""
-        stack = [assignment]
-        runs = 0
-        while stack and runs < _MAX_RUNS // 4:
-            runs += 1
-            current = stack.pop()
-            outcome = self._run(question, current)
-            if isinstance(outcome, _Need):
-                stack.extend({**current, outcome.atom: v} for v in outcome.domain)
-            elif outcome is False:
-                return True
-        return False
-
-    # -- places --------------------------------------------------------------------------------
-    def _statement(self, node: ast.AST) -> ast.stmt | None:
-        if isinstance(node, ast.stmt):
-            return node
-        if self._stmt_of is None:
-            statements = [
-                s for s in self.facts.of_type(*STATEMENT_TYPES) if isinstance(s, ast.stmt)
-            ]
-            self._stmt_of = {
-                id(call): stmt for stmt in statements for call in self.facts.calls.get(id(stmt), ())
-            }
-            for stmt in statements:
-                for sub in ast.iter_child_nodes(stmt):
-                    if isinstance(sub, ast.expr):
-                        self._stmt_of.setdefault(id(sub), stmt)  # type: ignore[arg-type]
-                if isinstance(stmt, (ast.With, ast.AsyncWith)):
-                    for item in stmt.items:
-                        self._stmt_of.setdefault(id(item.context_expr), stmt)
-        return self._stmt_of.get(id(node))
-
-    def _where(self, node: ast.AST) -> _Where | None:
-        stmt = self._statement(node)
-        if stmt is None or id(stmt) not in self.home.places:
-            return None
-        scope, tests = self.home.places[id(stmt)]
-        return _Where(self.home, scope, position(stmt), tests)
-
-    def _reached(self, where: _Where) -> bool:
-        """Whether the conditions around a statement of the linted file hold."""
-        self._reaching += 1
-        try:
-            return self._tests_hold(where.tests, where)
-        finally:
-            self._reaching -= 1
-
-    def _tests_hold(self, tests: tuple[tuple[ast.expr, bool], ...], where: _Where) -> bool:
-        return all(_truth(self._eval(test, where)) is polarity for test, polarity in tests)
-
     def _region_dtype(self, region: Event) -> str | None:
         """The dtype an autocast region runs in (``None``: not entered, or disabled)."""
         info = region.extra.get("info")
@@ -316,7 +213,7 @@ class Pairing:
             dtypes: frozenset[str] = getattr(info, "dtypes", frozenset())
             if len(dtypes) == 1 and not getattr(info, "enabled", None):
                 return str(next(iter(dtypes)))
-            raise _Unknown("autocast")
+            raise Unknown("autocast")
         at = self._where(call) or where
         fixed = AUTOCAST_APIS[api]
         if fixed is None:
@@ -325,7 +222,7 @@ class Pairing:
         else:
             enabled_node = call_argument(call, 0, "enabled")
             dtype_node = call_argument(call, 1, "dtype")
-        if enabled_node is not None and not _truth(self._eval(enabled_node, at)):
+        if enabled_node is not None and not truth(self._eval(enabled_node, at)):
             return None
         if dtype_node is None:
             read = len(self._read)
@@ -333,291 +230,17 @@ class Pairing:
             if fixed is None:
                 device = self._eval_or(call_argument(call, 0, "device_type"), at)
             if not isinstance(device, str):
-                raise _Unknown("device")
+                raise Unknown("device")
             device = device.split(":", 1)[0]
             if len(self._read) > read and device != "cuda":
                 # a device chosen at run time: off CUDA, a CUDA GradScaler disables itself
                 return None
             return DEFAULT_DTYPE.get(device)
         value = self._eval(dtype_node, at)
-        if isinstance(value, _Dtype):
+        if isinstance(value, Dtype):
             return value.name
         if isinstance(value, str) and f"torch.{value}" in DTYPES:
             return DTYPES[f"torch.{value}"]
         if value is OTHER or value is None:
             return "unknown"
-        raise _Unknown("dtype")
-
-    def _eval_or(self, node: ast.expr | None, where: _Where) -> object:
-        if node is None:
-            return None
-        try:
-            return self._eval(node, where)
-        except _Need:
-            raise
-        except _Unknown:
-            return None
-
-    # -- values ----------------------------------------------------------------------------
-    def _atom(self, node: ast.AST) -> object:
-        name = atom_name(node)
-        self._read.append(name)
-        if not self._reaching:
-            self._decided.add(name)
-        if name in self._assignment:
-            return self._assignment[name]
-        raise _Need(name, self._domain_of(name))
-
-    def _domain_of(self, name: str) -> tuple[object, ...]:
-        option = self.options.get(name)
-        if option is not None and option[0] is not None:
-            return option[0]
-        seen = set(self._compared().get(name, ()))
-        if option is not None and option[1] is not None:
-            seen.add(option[1])
-        seen.discard(None)
-        seen.update(_Dtype(d) for d in self._dtypes_given().get(name, ()))
-        if not seen or seen <= {True, False}:
-            return (True, False)
-        return (*sorted(seen, key=repr), OTHER)
-
-    def _dtypes_given(self) -> dict[str, set[str]]:
-        """Name -> the torch dtypes the tree gives it: by keyword in a call, or bound to a
-        key of that last name in this file (``cfg.amp_dtype = torch.bfloat16``)."""
-        if self._dtype_values is None:
-            found: dict[str, set[str]] = {}
-            if self.project is not None:
-                for keyword, dtypes in self.project.dtype_keywords.items():
-                    found.setdefault(keyword, set()).update(dtypes)
-            for call in self.facts.of_type(ast.Call):
-                note_dtype_keywords(call, self.facts.imports, found)  # type: ignore[arg-type]
-            for key, values in self.facts.assignments.items():
-                for value in values:
-                    name = self.facts.imports.qualname(value)
-                    if name in DTYPES:
-                        found.setdefault(key.rsplit(".", 1)[-1], set()).add(DTYPES[name])
-            self._dtype_values = found
-        return self._dtype_values
-
-    def _compared(self) -> dict[str, set[object]]:
-        """Atom name -> the constants the file compares it with or looks it up by."""
-        if self.constants_of is None:
-            found: dict[str, set[object]] = {}
-            for node in self.facts.of_type(ast.Compare):
-                sides = [node.left, *node.comparators]  # type: ignore[attr-defined]
-                consts = [c for s in sides for c in constants_of(s)]
-                for side in sides:
-                    if not list(constants_of(side)) and (
-                        dotted_key(side) is not None or field_key(side) is not None
-                    ):
-                        found.setdefault(atom_name(side), set()).update(consts)
-            for node in self.facts.of_type(ast.Subscript):
-                base = node.value  # type: ignore[attr-defined]
-                key = node.slice  # type: ignore[attr-defined]
-                if isinstance(base, ast.Dict) and dotted_key(key) is not None:
-                    found.setdefault(atom_name(key), set()).update(
-                        k.value for k in base.keys if isinstance(k, ast.Constant)
-                    )
-            self.constants_of = found
-        return self.constants_of
-
-    def _eval(self, node: ast.expr, where: _Where, depth: int = 0) -> object:
-        if depth > _MAX_DEPTH:
-            raise _Unknown("depth")
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name) and node.id == "__name__":
-            return "__main__"  # a script is run
-        if isinstance(node, (ast.Name, ast.Attribute)):
-            text = dotted_key(node)
-            qual = self.facts.imports.qualname(node) if where.source.linted else text
-            if qual in DTYPES:
-                return _Dtype(DTYPES[qual])
-            if text is None or (qual or "").startswith("torch."):
-                return self._atom(node)
-            return self._lookup(text, where, node, depth)
-        if isinstance(node, ast.IfExp):
-            if _truth(self._eval(node.test, where, depth + 1)):
-                return self._eval(node.body, where, depth + 1)
-            return self._eval(node.orelse, where, depth + 1)
-        if isinstance(node, ast.BoolOp):
-            value: object = None
-            for operand in node.values:
-                value = self._eval(operand, where, depth + 1)
-                if _truth(value) is isinstance(node.op, ast.Or):
-                    return value
-            return value
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-            return not _truth(self._eval(node.operand, where, depth + 1))
-        if isinstance(node, ast.Compare) and len(node.ops) == 1:
-            return self._compare(node, where, depth)
-        if isinstance(node, ast.Dict):
-            if not all(isinstance(k, ast.Constant) for k in node.keys):
-                return self._atom(node)
-            return _Table(
-                tuple((k.value, v) for k, v in zip(node.keys, node.values, strict=True)),  # type: ignore[union-attr]
-                where,
-            )
-        if isinstance(node, ast.Subscript):
-            table = self._eval(node.value, where, depth + 1)
-            if isinstance(table, _Table):
-                return self._pick(table, self._eval(node.slice, where, depth + 1), depth)
-            return self._atom(node)
-        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            return tuple(self._eval(e, where, depth + 1) for e in node.elts)
-        if isinstance(node, ast.Call):
-            return self._call(node, where, depth)
-        return self._atom(node)
-
-    def _pick(self, table: _Table, key: object, depth: int) -> object:
-        for constant, value in table.entries:
-            if constant == key and key is not OTHER:
-                return self._eval(value, table.where, depth + 1)
-        return OTHER
-
-    def _compare(self, node: ast.Compare, where: _Where, depth: int) -> object:
-        left = self._eval(node.left, where, depth + 1)
-        right = self._eval(node.comparators[0], where, depth + 1)
-        op = node.ops[0]
-        if isinstance(op, (ast.In, ast.NotIn)):
-            if not isinstance(right, tuple):
-                return self._atom(node)
-            inside = left is not OTHER and left in right
-            return inside if isinstance(op, ast.In) else not inside
-        if isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
-            same = left is not OTHER and right is not OTHER and left == right
-            return same if isinstance(op, (ast.Eq, ast.Is)) else not same
-        return self._atom(node)
-
-    def _call(self, call: ast.Call, where: _Where, depth: int) -> object:
-        facts = self.facts
-        qual = (facts.imports.qualname(call.func) if where.source.linted else None) or dotted_key(
-            call.func
-        )
-        if where.source.linted and facts.resolver.scaler_ctor(call) is call:
-            enabled = next((kw.value for kw in call.keywords if kw.arg == "enabled"), None)
-            if enabled is None:
-                return _Scaler(True)
-            return _Scaler(_truth(self._eval(enabled, where, depth + 1)))
-        if (
-            isinstance(call.func, ast.Name)
-            and where.source.linted
-            and call.func.id in facts.dummy_classes
-        ):
-            return None
-        if qual == "getattr" and len(call.args) >= 2 and dotted_key(call.args[0]) == "torch":
-            name = self._eval(call.args[1], where, depth + 1)
-            if isinstance(name, str) and f"torch.{name}" in DTYPES:
-                return _Dtype(DTYPES[f"torch.{name}"])
-            return OTHER
-        if qual == "bool" and len(call.args) == 1:
-            return _truth(self._eval(call.args[0], where, depth + 1))
-        return self._atom(call)
-
-    def _lookup(
-        self, key: str, where: _Where, node: ast.AST | None = None, depth: int = 0
-    ) -> object:
-        """The value of ``key`` read at ``where``: see the module docstring."""
-        memo = (id(where.source), key, id(where.scope), where.pos, self._reaching > 0)
-        if memo in self._memo:
-            return self._memo[memo]
-        if memo in self._active or len(self._active) > _MAX_DEPTH:
-            raise _Unknown(key)
-        self._active.add(memo)
-        try:
-            value = self._resolve(key, where, node, depth)
-        finally:
-            self._active.discard(memo)
-        self._memo[memo] = value
-        return value
-
-    def _resolve(self, key: str, where: _Where, node: ast.AST | None, depth: int) -> object:
-        source = where.source
-        for binding in reversed(source.by_key.get(key, ())):
-            if binding.scope is not where.scope or binding.pos >= where.pos:
-                continue
-            at = _Where(source, binding.scope, binding.pos)
-            if not self._tests_hold(binding.tests, at):
-                continue
-            if binding.value is None:
-                return self._atom(node or ast.Name(key))
-            return self._eval(binding.value, at, depth + 1)
-        scope = where.scope
-        atom = node or parse_key(key)
-        if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args,
-                                      *scope.args.kwonlyargs)}  # fmt: skip
-            root = key.split(".", 1)[0]
-            if root == "self" and "." in key:
-                return self._from_class(key, scope, atom)
-            if root in params:
-                return self._atom(atom)
-            if any(b.scope is None for b in source.by_key.get(key, ())):
-                return self._lookup(key, _Where(source, None, END), node, depth)
-        if source.linted and self.project is not None:
-            foreign = self._foreign_value(key, atom, depth)
-            if foreign is not _MISSING:
-                return foreign
-        return self._atom(atom)
-
-    def _from_class(self, key: str, method: ast.AST, atom: ast.AST) -> object:
-        cls = self._classes.get(id(method))
-        if cls is None:
-            return self._atom(atom)
-        binders = [
-            item
-            for item in cls.body
-            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and item is not method
-            and any(b.scope is item for b in self.home.by_key.get(key, ()))
-        ]
-        if len(binders) != 1:
-            # none, or set in several methods (``None`` in ``__init__``, the object in
-            # ``setup``): which one ran last is not known here
-            return self._atom(atom)
-        return self._lookup(key, _Where(self.home, binders[0], END), atom)
-
-    def _foreign_value(self, key: str, atom: ast.AST, depth: int) -> object:
-        """The value of a name imported from another module of the tree, by that module's
-        module-level bindings."""
-        root = key.split(".", 1)[0]
-        project = self.project
-        if project is None or root not in self.facts.imports.aliases:
-            return _MISSING
-        qual = self.facts.imports.qualname(parse_key(key))
-        found = project.bindings(qual) if qual is not None else None
-        if found is None:
-            return _MISSING
-        path, name = found
-        cache = project.index.cache
-        slot = f"flags:{path}"
-        source = cache.get(slot)
-        if slot not in cache:
-            source = None
-            try:
-                text, _ = read_source(Path(path), MAX_FILE_BYTES)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    tree = ast.parse(text, filename=path)
-                source = Bindings(False)
-                read_statements(source, tree.body, None, (), module_only=True)
-            except (OSError, SyntaxError, UnicodeDecodeError, LookupError, ValueError,
-                    RecursionError):  # fmt: skip
-                source = None  # that file is reported on its own (AMP000)
-            cache[slot] = source
-        if not isinstance(source, Bindings) or name not in source.by_key:
-            return _MISSING
-        return self._lookup(name, _Where(source, None, END), atom, depth)
-
-
-_MISSING = object()
-
-
-def _truth(value: object) -> bool:
-    if value is OTHER:
-        return True
-    if isinstance(value, _Scaler):
-        return True
-    if isinstance(value, tuple):
-        return bool(value)
-    return bool(value)
+        raise Unknown("dtype")

@@ -20,9 +20,12 @@ __all__ = [
     "STATEMENT_TYPES",
     "Binding",
     "Bindings",
+    "Member",
     "atom_name",
     "constants_of",
     "field_key",
+    "item_key",
+    "member_of",
     "parse_key",
     "position",
     "read_statements",
@@ -85,6 +88,11 @@ def read_statements(
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
             targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
             for target in targets:
+                item = item_key(target)
+                if item is not None:
+                    # ``kwargs["dtype"] = ...``: a key of a dict passed as ``**kwargs``
+                    source.add(Binding(item, position(stmt), stmt.value, tests, scope))
+                    continue
                 key = dotted_key(target)
                 value = stmt.value if key is not None else None
                 for bound in [target] if key is not None else _bound(target):
@@ -100,6 +108,16 @@ def read_statements(
                     stmts = [s for s in inner if isinstance(s, ast.stmt)]
                     stmts += [s for h in inner if isinstance(h, ast.ExceptHandler) for s in h.body]
                     read_statements(source, stmts, scope, tests, module_only)
+
+
+def item_key(node: ast.AST) -> str | None:
+    """``'kwargs["dtype"]'`` for ``kwargs["dtype"]`` (a string key of a name or attribute
+    chain), else ``None``."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        base = dotted_key(node.value)
+        if base is not None and isinstance(node.slice.value, str):
+            return f"{base}[{node.slice.value!r}]"
+    return None
 
 
 def _bound(target: ast.expr) -> list[ast.expr]:
@@ -166,11 +184,39 @@ def parse_key(key: str) -> ast.expr:
         return ast.Name(key)
 
 
+@dataclass(frozen=True)
+class Member:
+    """An enum member compared with (``Precision.FP16``): a constant known by its text."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def member_of(node: ast.AST) -> Member | None:
+    """``Precision.FP16`` (a capitalised name, an upper-case attribute) as a :class:`Member`."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id[:1].isupper()
+        and node.attr.isupper()
+    ):
+        return Member(f"{node.value.id}.{node.attr}")
+    return None
+
+
 def constants_of(node: ast.expr) -> Iterator[object]:
-    """The constants a node is (``"bf16"``) or lists (``("bf16", "fp16")``)."""
+    """The constants a node is (``"bf16"``, ``Precision.BF16``) or lists (``("bf16",
+    "fp16")``)."""
+    member = member_of(node)
     if isinstance(node, ast.Constant):
         yield node.value
+    elif member is not None:
+        yield member
     elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
         for elt in node.elts:
             if isinstance(elt, ast.Constant):
                 yield elt.value
+            elif member_of(elt) is not None:
+                yield member_of(elt)

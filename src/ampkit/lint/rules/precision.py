@@ -96,7 +96,11 @@ class FloatSixteenWithoutScaler(Rule):
     ``getattr(torch, args.amp_dtype)`` with an ``add_argument`` of that name whose
     ``choices=`` include ``float16``, or a config field ``amp_dtype: Literal[...]`` that does
     (in any file of the tree; this one only when no file of the tree builds a GradScaler). Choices that leave float16 out (bfloat16 and float32) are
-    silent, also when a float16 arm is written.
+    silent, also when a float16 arm is written. A dtype picked by comparing an option with
+    enum members (``if opts.precision == Precision.FP16: amp_dtype = torch.float16``) counts
+    the same way, also when every GradScaler of the file is disabled. An autocast built in one
+    method and entered in another (``self.ctx = torch.autocast(...)`` in ``__init__``,
+    ``with self.ctx:`` in the loop) is reported where it is built, where its dtype is chosen.
 
     Bad::
 
@@ -143,7 +147,9 @@ class FloatSixteenWithoutScaler(Rule):
                     continue  # nothing under it is differentiated
                 when = ""
                 if FP16 not in info.dtypes or len(info.dtypes) > 1:
-                    if FP16 not in info.dtypes and (info.dtypes or not analysis.no_scaler_anywhere):
+                    if FP16 not in info.dtypes and (
+                        info.dtypes or not (disabled or analysis.no_scaler_anywhere)
+                    ):
                         continue  # no fp16
                     answer = analysis.pairing.fp16_possible(a)
                     if answer.verdict == "never" or (
@@ -180,8 +186,25 @@ class FloatSixteenWithoutScaler(Rule):
                         message += f"; {_FRAMEWORK_HINTS[framework]}"
                     if disabled:
                         message += "; every GradScaler here is built with enabled=False"
-                    yield self.finding(analysis, a.node, message)
+                    yield self.finding(analysis, _chosen_at(analysis, a), message)
                     break
+
+
+def _chosen_at(analysis: FileAnalysis, region: Event) -> ast.AST:
+    """Where an autocast region's dtype is chosen: the ``torch.autocast(...)`` call stored in
+    a variable in another function of this file (``self.ctx = torch.autocast(...)`` in
+    ``__init__``, entered as ``with self.ctx:`` in the loop), else the ``with`` item."""
+    call = getattr(region.extra.get("info"), "node", None)
+    if (
+        isinstance(call, ast.Call)
+        and call is not region.node
+        and "written" not in region.extra
+        and not isinstance(region.node, ast.Call)
+        and analysis.parent(call) is not None
+        and analysis.scope_of(call) is not analysis.scope_of(region.node)
+    ):
+        return call
+    return region.node
 
 
 @register
@@ -285,7 +308,10 @@ class ScalerWithBfloat16(Rule):
     (``fit(..., amp_dtype=torch.bfloat16)``). A scaler enabled by the dtype itself
     (``enabled=(amp_dtype == torch.float16)``, ``enabled=not bf16``) is never paired with
     bfloat16 and is silent, as is an autocast whose device is chosen at run time with its
-    default dtype (off CUDA, a CUDA GradScaler disables itself).
+    default dtype (off CUDA, a CUDA GradScaler disables itself). A scaler enabled by the
+    autocast dtype being set at all (``GradScaler(enabled=amp_dtype is not None)`` with
+    ``autocast(dtype=amp_dtype)``) is on for bfloat16 too, and is reported "when `amp_dtype`
+    is torch.bfloat16".
 
     Bad::
 
@@ -377,12 +403,28 @@ def _paired_regions(unit: Unit, use: Event) -> list[Event]:
     return before or list(unit.of("autocast"))
 
 
+def _undecided(info: AutocastInfo, call: ast.Call) -> bool:
+    """Whether an autocast call's device or dtype is read from something the file decides
+    (a name, a test, ``**kwargs``): neither is a literal that already rules out fp16 on CPU."""
+    if info.device not in (None, "cpu") or (info.dtypes and FP16 not in info.dtypes):
+        return False
+    return info.device is None or info.dtype is None or any(k.arg is None for k in call.keywords)
+
+
 @register
 class FloatSixteenOnCpu(Rule):
     """float16 autocast on ``device_type="cpu"``.
 
     Most CPUs have no fast float16 arithmetic: CPU autocast in fp16 is usually slower than
     fp32. CPU autocast is meant for bfloat16 (its default).
+
+    A device and dtype read from names count when the file's own tests make them CPU and
+    float16 together, and the message names the condition: ``dtype = torch.float16 if
+    device.type == "cpu" else torch.bfloat16`` (the arms swapped), also through a dict passed
+    as ``torch.autocast(**kwargs)`` and its ``kwargs["dtype"] = ...``. The CPU arm of
+    ``"cuda" if torch.cuda.is_available() else "cpu"`` (the fallback of a machine without a
+    GPU) and an autocast in the non-CPU arm of ``nullcontext() if device == "cpu" else
+    torch.autocast(...)`` are not reported.
 
     Bad::
 
@@ -404,17 +446,22 @@ class FloatSixteenOnCpu(Rule):
         for node in analysis.nodes:
             if isinstance(node, ast.Call):
                 info = analysis.facts.resolver.autocast(node)
-                if (
-                    info is not None
-                    and info.device == "cpu"
-                    and info.dtype == FP16
-                    and not info.disabled
-                ):
-                    yield self.finding(
-                        analysis,
-                        node,
-                        "float16 autocast on the CPU is slow on most CPUs; use dtype=torch.bfloat16",
-                    )
+                if info is None or info.disabled:
+                    continue
+                when = ""
+                if info.device != "cpu" or info.dtype != FP16:
+                    if not _undecided(info, node):
+                        continue
+                    answer = analysis.pairing.fp16_on_cpu(node)
+                    if answer.verdict != "bad":
+                        continue
+                    when = answer.when()
+                yield self.finding(
+                    analysis,
+                    node,
+                    f"float16 autocast on the CPU{when} is slow on most CPUs; use "
+                    "dtype=torch.bfloat16 there",
+                )
 
 
 @register

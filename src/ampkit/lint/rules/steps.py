@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
@@ -42,6 +44,13 @@ class ScalerStepWithoutUpdate(Rule):
             scaler.step(optimizer)
             optimizer.zero_grad()
 
+    An update only under a condition that is false when the function's parameters keep
+    their defaults, while the step is not, is reported too: ``def optimize(...,
+    optimizer_idx=None, num_optimizers=1)`` stepping every call but updating only ``if
+    optimizer_idx is not None and optimizer_idx + 1 == num_optimizers`` never updates with one
+    optimizer (updating after the last of several, ``optimizer_idx is None or ...``, is
+    right).
+
     Good::
 
         for x, y in loader:
@@ -63,6 +72,17 @@ class ScalerStepWithoutUpdate(Rule):
             training = unit.loops_with("backward")
             has_updates = bool(unit.of("scaler_update"))
             for s in unit.of("scaler_step"):
+                narrow = _only_when(unit, s)
+                if narrow is not None:
+                    yield self.finding(
+                        analysis,
+                        s.node,
+                        f"{s.obj}.update() runs only when {narrow}, which is false with the "
+                        f"parameters' defaults, so {s.obj}.step() runs without it there (the "
+                        "next step raises 'step() has already been called since the last "
+                        f"update()'); call {s.obj}.update() after the last step of each iteration",
+                    )
+                    continue
                 if not s.loops:
                     if has_updates or anywhere:
                         continue
@@ -75,6 +95,99 @@ class ScalerStepWithoutUpdate(Rule):
                     s.node,
                     f"{s.obj}.step() without {s.obj}.update() in the same loop iteration",
                 )
+
+
+#: names of a condition that switches AMP itself (a disabled scaler's step needs no update)
+_AMP_FLAG = re.compile(r"amp|fp16|half|scal|precision|mixed|dtype", re.I)
+
+
+def _only_when(unit: Unit, step: Event) -> str | None:
+    """The condition that every ``update()`` after ``step`` in its iteration is under and
+    ``step`` is not (``if optimizer_idx is not None and optimizer_idx + 1 ==
+    num_optimizers: scaler.update()`` after an unconditional step), as text; ``None`` when
+    some update runs whenever the step does, or there is none."""
+    updates = [
+        u
+        for u in unit.related(step, "scaler_update")
+        if u.order > step.order
+        and not exclusive(u, step)
+        and u.loops[: len(step.loops)] == step.loops
+        and u.obj == step.obj
+    ]
+    if not updates:
+        return None
+    shown = None
+    for update in updates:
+        extra = [
+            (key, arm)
+            for key, arm in update.ctx.arms
+            if (key, arm) not in step.ctx.arms and not key.startswith(("try", "match"))
+        ]
+        names = set().union(*(unit.test_names.get(key, set()) for key, _ in extra))
+        if not extra or any(_AMP_FLAG.search(n) for n in names):
+            return None
+        if update.loops != step.loops:
+            return None  # an update in a loop of its own: not the same shape
+        defaults = _defaults(unit.node)
+        for key, arm in extra:
+            test = unit.test_nodes.get(key)
+            value = _value(test, defaults) if test is not None else _UNKNOWN
+            if value is _UNKNOWN or bool(value) is (arm == 0):
+                continue
+            text = unit.condition(key)
+            shown = shown or (f"`{text}`" if arm == 0 else f"not `{text}`")
+            break
+        else:
+            return None  # the update runs on a call with the defaults
+    return shown
+
+
+_UNKNOWN = object()
+
+
+def _defaults(fn: ast.AST) -> dict[str, object]:
+    """The constant defaults of a function's parameters (``optimizer_idx=None``)."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return {}
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    pairs = list(
+        zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)
+    )
+    pairs += [
+        (a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None
+    ]
+    return {a.arg: d.value for a, d in pairs if isinstance(d, ast.Constant)}
+
+
+def _value(node: ast.expr, names: dict[str, object]) -> object:
+    """A condition's value when the parameters hold their defaults (``_UNKNOWN`` when it
+    reads anything else)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return names.get(node.id, _UNKNOWN)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = _value(node.operand, names)
+        return _UNKNOWN if inner is _UNKNOWN else not inner
+    if isinstance(node, ast.BoolOp):
+        is_and = isinstance(node.op, ast.And)
+        unknown = False
+        for operand in node.values:
+            value = _value(operand, names)
+            if value is _UNKNOWN:
+                unknown = True
+            elif bool(value) is not is_and:
+                return value  # ``False and ...``, ``True or ...``
+        return _UNKNOWN if unknown else is_and
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        left, right = _value(node.left, names), _value(node.comparators[0], names)
+        op = node.ops[0]
+        if isinstance(op, (ast.Is, ast.IsNot)) and (left is None or right is None):
+            if left is _UNKNOWN or right is _UNKNOWN:
+                return _UNKNOWN
+            return (left is right) is isinstance(op, ast.Is)
+    return _UNKNOWN
 
 
 def _covers(update: Event, step: Event, training: set[int]) -> bool:
