@@ -23,7 +23,10 @@ the function of the same qualified name after it (the whole file when it is gone
   counted neither way, and listed.
 
 precision = TP / (TP + FP), recall = TP / (TP + FN), for all fixes, and for the
-``held_out`` ones alone (kept aside, unseen, while the rules were changed).
+``held_out`` ones alone (kept aside, unseen, while the rules were changed). A held-out fix
+marked ``spent`` had its unseen result reported and was studied afterwards: it is scored
+in a part of its own ("held out before, then studied") and no longer in the held-out one,
+which is always the part nobody has looked at.
 
 Usage (the snapshots: one git directory per repository, named ``owner+name``, a bare clone
 or a working clone, with the fix commits in their history)::
@@ -62,6 +65,8 @@ class Fix:
     held_out: bool
     also_before: frozenset[tuple[int, str]] = frozenset()
     also_after: frozenset[tuple[int, str]] = frozenset()
+    #: held out once, its unseen result reported, then studied: no longer unseen
+    spent: bool = False
 
     @property
     def folder(self) -> str:
@@ -89,6 +94,7 @@ def load(path: Path) -> list[Fix]:
             bool(entry["held_out"]),
             frozenset((int(n), str(c)) for n, c in entry.get("also_before", ())),
             frozenset((int(n), str(c)) for n, c in entry.get("also_after", ())),
+            bool(entry.get("spent", False)),
         )
         if len(fix.commit) != 40:
             raise SystemExit(f"a fix needs the full 40-hex commit: {entry}")
@@ -202,6 +208,8 @@ class Score:
 
     def report(self, title: str) -> str:
         """The text ``score`` prints for one part of the set."""
+        if not self.fixes:
+            return f"{title}: no fixes\n"
         lines = [
             f"{title}: {self.fixes} fixes, {self.commits} commits, {self.repositories} repositories",
             f"  found before the fix: {len(self.true_positives)}, missed: "
@@ -266,7 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "clone":
         clone(args.root, fixes, args.source)
         return 0
-    parts = {"all": fixes, "held-out": [f for f in fixes if f.held_out]}
+    parts = {"all": fixes, "held-out": [f for f in fixes if f.held_out and not f.spent]}
+    spent = [f for f in fixes if f.held_out and f.spent]
+    if spent:
+        parts["held out before, then studied"] = spent
     parts["seen"] = [f for f in fixes if not f.held_out]
     if args.held_out:
         parts = {"held-out": parts["held-out"]}
@@ -280,7 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         args.json.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     first = next(iter(results.values()))
-    ok = first.precision >= args.min_precision and first.recall >= args.min_recall
+    ok = bool(first.fixes) and (
+        first.precision >= args.min_precision and first.recall >= args.min_recall
+    )
     return 0 if ok else 1
 
 
