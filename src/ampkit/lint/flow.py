@@ -319,6 +319,14 @@ class FlowBuilder:
             )
         elif facts.framework_clip(obj, attr):
             self._emit("clip", call, ctx, obj=obj, framework=True)
+        elif (
+            attr in ("clip_grad_norm_", "clip_grad_value_")
+            and obj is not None
+            and not facts.is_optimizer(obj)
+            and facts.framework_of(obj) is None
+        ):
+            # an FSDP module's ``model.clip_grad_norm_(max_norm)``: clips what it holds
+            self._emit("clip", call, ctx, obj=obj, extra={"get_scale": uses_get_scale(call)})
         elif attr == "scale" and facts.is_scaler(obj):
             event = self._emit("scale", call, ctx, obj=obj, target=target)
             self._scale_by_call[id(call)] = event

@@ -13,6 +13,31 @@ from ampkit.lint.rules.common import current_backward, last_before, scaling_deci
 __all__ = ["BackwardUnscaledLoss", "ClipScaledGradients", "OptimizerStepBypassesScaler"]
 
 
+#: how each framework clips unscaled gradients
+_FRAMEWORK_CLIP = {
+    "accelerate": "clip with accelerator.clip_grad_norm_ (it unscales first)",
+    "fabric": "clip with fabric.clip_gradients (it unscales first)",
+    "lightning": "clip with self.clip_gradients (it unscales first)",
+}
+
+
+def _scaling_framework(analysis: FileAnalysis, unit: Unit, clip: Event) -> str | None:
+    """The framework whose backward produced the gradients ``clip`` clips, when it provably
+    scales the loss (every constructor seen sets float16: ``Accelerator(mixed_precision=
+    "fp16")``, ``Fabric(precision="16-mixed")``) and nothing unscales them in between."""
+    for backward in last_before(unit, clip, "backward"):
+        framework = backward.extra.get("framework") if backward.framework else None
+        if not isinstance(framework, str) or framework not in _FRAMEWORK_CLIP:
+            return None
+        family = "lightning" if framework == "fabric" else framework
+        if analysis.framework_evidence.get(family) != {"scales"}:
+            return None
+        if unit.between(backward, clip, "unscale", "framework_unscale", "opt_step"):
+            return None
+        return framework
+    return None
+
+
 @register
 class ClipScaledGradients(Rule):
     """Gradients are clipped while they are still multiplied by the loss scale.
@@ -37,6 +62,13 @@ class ClipScaledGradients(Rule):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(optimizer)
         scaler.update()
+
+    A framework's backward scales the loss under float16 too: ``torch.nn.utils.
+    clip_grad_norm_`` right after ``accelerator.backward(loss)`` (or ``fabric.backward``,
+    Lightning's ``self.manual_backward``) clips scaled gradients when the framework is
+    built for float16 in the code (``Accelerator(mixed_precision="fp16")``,
+    ``precision="16-mixed"``); its own clip (``accelerator.clip_grad_norm_``) unscales first.
+    A framework configured outside the code is not reported.
     """
 
     code = "AMP001"
@@ -58,6 +90,15 @@ class ClipScaledGradients(Rule):
                 if backward is not None:
                     if not unit.between(backward, clip, "unscale"):
                         yield self.finding(analysis, clip.node, message)
+                    continue
+                framework = _scaling_framework(analysis, unit, clip)
+                if framework is not None:
+                    yield self.finding(
+                        analysis,
+                        clip.node,
+                        f"gradients are clipped while still scaled by {framework}'s float16 "
+                        f"loss scaling; {_FRAMEWORK_CLIP[framework]}",
+                    )
                     continue
                 if self._class_shaped(analysis, unit, clip):
                     yield self.finding(analysis, clip.node, message)
