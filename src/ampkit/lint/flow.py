@@ -102,16 +102,41 @@ class FlowBuilder:
             self.test_nodes.setdefault(info.key, test)
         return info
 
+    def _early_return_divisor(self, stmt: ast.stmt) -> str | None:
+        """The count of ``if count != 0: return`` after ``count = (count + 1) % n``, also as
+        the last statement of an enclosing ``if`` (``if update_freq > 1: ...; if count:
+        return``): what follows runs every ``n`` calls."""
+        if not isinstance(stmt, ast.If) or stmt.orelse or not stmt.body:
+            return None
+        if terminates(stmt.body):
+            return self._test(stmt.test).divisor
+        return self._early_return_divisor(stmt.body[-1])
+
     def _flag_divisor(self, test: ast.expr) -> str | None:
         """The accumulation count of a flag tested alone or in an ``and``: ``is_step = (i + 1)
-        % n == 0`` then ``if is_step:`` (every binding of the flag such a comparison)."""
+        % n == 0`` then ``if is_step:`` (every binding of the flag such a comparison), or of
+        a remainder kept in a variable: ``count = (count + 1) % n`` then ``if count == 0:``
+        (or ``!= 0``, before a ``return``)."""
         operands = (
             test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) else [test]
         )
         for operand in operands:
+            if (
+                isinstance(operand, ast.Compare)
+                and len(operand.ops) == 1
+                and isinstance(operand.ops[0], (ast.Eq, ast.NotEq))
+                and isinstance(operand.comparators[0], ast.Constant)
+                and operand.comparators[0].value == 0
+            ):
+                operand = operand.left
+                remainders = True
+            else:
+                remainders = False
             key = dotted_key(operand) if isinstance(operand, (ast.Name, ast.Attribute)) else None
             values = self.facts.assignments.get(key, []) if key is not None else []
-            divisors = {_modulo_comparison(v) for v in values}
+            read = _remainder if remainders else _modulo_comparison
+            # (a counter's starting value, ``self.count = 0``, is no other kind of binding)
+            divisors = {read(v) for v in values if not (remainders and isinstance(v, ast.Constant))}
             if len(divisors) == 1 and None not in divisors:
                 return divisors.pop()
         return None
@@ -124,7 +149,7 @@ class FlowBuilder:
     def _block(self, stmts: list[ast.stmt], ctx: Context) -> None:
         for stmt in stmts:
             self._stmt(stmt, ctx)
-            divisor = continue_guard(stmt)
+            divisor = continue_guard(stmt) or self._early_return_divisor(stmt)
             if divisor is not None:
                 ctx = replace(ctx, accum=divisor)
             # Code after ``if c: ...; continue`` only runs when ``c`` is false: it sits in the
@@ -472,6 +497,14 @@ class FlowBuilder:
         child.local = {}
         child._site = None if facts is self.home else (self._site or site)
         return child
+
+
+def _remainder(value: ast.expr) -> str | None:
+    """The ``n`` of ``(count + 1) % n`` (a remainder and nothing else)."""
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mod):
+        if not (isinstance(value.left, ast.Constant) and isinstance(value.left.value, str)):
+            return ast.unparse(value.right)
+    return None
 
 
 def _modulo_comparison(value: ast.expr) -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ampkit.lint.analysis import FileAnalysis
+from ampkit.lint.analysis import FileAnalysis, Unit
 from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.names import dotted_key
@@ -206,6 +206,71 @@ def _count_normalised(analysis: FileAnalysis, loss: str) -> bool:
     )
 
 
+def _per_call_step(unit: Unit, steps: list[Event], b: Event) -> Event | None:
+    """A method that runs once per batch (no loop of its own): the step after ``b`` taken
+    every N calls, counted by an attribute of the object that the method itself advances
+    (``self.count += 1``, ``self.count = (self.count + 1) % n``)."""
+    fn = unit.node
+    if unit.cls is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    after = [s for s in steps if s.order > b.order and not s.loops and not exclusive(s, b)]
+    if not after or after[0].ctx.accum is None:
+        return None
+    advanced = _advanced_attributes(fn)
+    names = {n for key, _ in after[0].ctx.arms for n in unit.test_names.get(key, ())}
+    guard = after[0].ctx.accum
+    if names & advanced or any(a in guard for a in advanced) or _guard_reads(fn, advanced):
+        return after[0]
+    return None
+
+
+def _sibling_step(analysis: FileAnalysis, unit: Unit) -> Event | None:
+    """A backward in a method with no step (``def backward(self, loss)``) whose class steps
+    in another method every N calls (``update_params`` returning early until its counter
+    comes round): that step takes the backward's gradients."""
+    for other in analysis.units:
+        if other is unit or other.group != unit.group or other.of("backward"):
+            continue
+        fn = other.node
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for s in other.of("scaler_step", "opt_step"):
+            if s.loops or s.ctx.accum is None:
+                continue
+            advanced = _advanced_attributes(fn)
+            names = {n for key, _ in s.ctx.arms for n in other.test_names.get(key, ())}
+            if names & advanced or _guard_reads(fn, advanced):
+                return s
+    return None
+
+
+def _advanced_attributes(fn: ast.AST) -> set[str]:
+    """``self.x`` attributes a function advances: ``self.x += 1`` or ``self.x = (self.x +
+    1) % n``."""
+    found: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+            key = dotted_key(node.target)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            key = dotted_key(node.targets[0])
+            if key is None or key not in {dotted_key(n) for n in ast.walk(node.value)}:
+                continue
+        else:
+            continue
+        if key is not None and key.startswith("self."):
+            found.add(key)
+    return found
+
+
+def _guard_reads(fn: ast.AST, advanced: set[str]) -> bool:
+    """Whether an early return of ``fn`` tests one of ``advanced``."""
+    for node in ast.walk(fn):
+        if isinstance(node, ast.If) and node.body and isinstance(node.body[-1], ast.Return):
+            if {dotted_key(n) for n in ast.walk(node.test)} & advanced:
+                return True
+    return False
+
+
 @register
 class UndividedAccumulatedLoss(Rule):
     """Gradient accumulation where the loss is not divided by the number of micro-steps.
@@ -229,6 +294,12 @@ class UndividedAccumulatedLoss(Rule):
     the file records the loss's value beside an element count summed from a tensor and
     reports the one divided by the other (``info["loss"] = loss.item()``,
     ``info["frames"] = lens.sum().item()``, ``tot["loss"] / tot["frames"]``).
+
+    A trainer method called once per batch accumulates too when it steps every ``n`` calls
+    by an attribute it advances (``self.count += 1`` then ``if self.count % n == 0:``, or
+    ``self.count = (self.count + 1) % n`` then ``if self.count != 0: return``, also nested
+    under ``if n > 1:``), and so does a class whose ``backward(self, loss)`` method has no
+    step while another method of it steps that way.
 
     Bad::
 
@@ -262,9 +333,15 @@ class UndividedAccumulatedLoss(Rule):
             return
         for unit in analysis.units:
             for b in unit.of("backward"):
-                if b.framework or b.ctx.accum or not b.loops:
+                if b.framework or b.ctx.accum:
                     continue
-                step = self._accumulating_step(unit.related(b, "scaler_step", "opt_step"), b)
+                steps = unit.related(b, "scaler_step", "opt_step")
+                if b.loops:
+                    step = self._accumulating_step(steps, b)
+                else:
+                    step = _per_call_step(unit, steps, b)
+                    if step is None and not steps and unit.cls is not None:
+                        step = _sibling_step(analysis, unit)
                 if step is None or step.ctx.accum is None:
                     continue
                 if any(
