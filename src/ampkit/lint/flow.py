@@ -366,7 +366,9 @@ class FlowBuilder:
             self._emit("opt_step", call, ctx, obj=obj, framework=True)
         elif attr == "update" and facts.is_scaler(obj):
             self._emit("scaler_update", call, ctx, obj=obj)
-        elif attr == "unscale_" and obj not in facts.not_scalers:
+        elif (
+            attr == "unscale_" or attr.startswith("unscale_") and facts.is_scaler(obj)
+        ) and obj not in facts.not_scalers:
             # (a disabled GradScaler's ``unscale_`` does nothing)
             self._emit("unscale", call, ctx, obj=obj, arg=arg)
         elif attr == "zero_grad":

@@ -21,6 +21,18 @@ _FRAMEWORK_CLIP = {
 }
 
 
+def _unscaled_after(unit: Unit, clip: Event) -> bool:
+    """Whether a scaler's ``unscale_`` follows ``clip`` in the same iteration with none
+    before it (the two lines in the wrong order: ``clip_grad_norm_(...)`` then
+    ``scaler.unscale_(optimizer)``), the scaled backward out of view (a gradient hook)."""
+    if last_before(unit, clip, "unscale", "scaler_step", "scaler_update"):
+        return False
+    return any(
+        u.order > clip.order and not exclusive(u, clip) and u.loops == clip.loops
+        for u in unit.related(clip, "unscale")
+    )
+
+
 def _scaling_framework(analysis: FileAnalysis, unit: Unit, clip: Event) -> str | None:
     """The framework whose backward produced the gradients ``clip`` clips, when it provably
     scales the loss (every constructor seen sets float16: ``Accelerator(mixed_precision=
@@ -69,6 +81,11 @@ class ClipScaledGradients(Rule):
     built for float16 in the code (``Accelerator(mixed_precision="fp16")``,
     ``precision="16-mixed"``); its own clip (``accelerator.clip_grad_norm_``) unscales first.
     A framework configured outside the code is not reported.
+
+    With the scaled backward out of view (a gradient hook of a fused back pass), a clip
+    followed by the scaler's ``unscale_`` (``unscale_(optimizer)``, or a custom scaler's
+    ``unscale_parameter_``) with none before it is the two lines in the wrong order, and is
+    reported.
     """
 
     code = "AMP001"
@@ -90,6 +107,14 @@ class ClipScaledGradients(Rule):
                 if backward is not None:
                     if not unit.between(backward, clip, "unscale"):
                         yield self.finding(analysis, clip.node, message)
+                    continue
+                if _unscaled_after(unit, clip):
+                    yield self.finding(
+                        analysis,
+                        clip.node,
+                        "gradients are clipped before the GradScaler unscales them (the "
+                        "unscale_ comes after the clip); move scaler.unscale_ before clipping",
+                    )
                     continue
                 framework = _scaling_framework(analysis, unit, clip)
                 if framework is not None:
