@@ -340,7 +340,13 @@ class FlowBuilder:
             self._backward(call, recv, obj, ctx)
         elif attr == "manual_backward":
             self._emit(
-                "backward", call, ctx, obj=obj, framework=True, extra={"framework": "lightning"}
+                "backward",
+                call,
+                ctx,
+                obj=obj,
+                framework=True,
+                loss=call.args[0] if call.args else None,
+                extra={"framework": "lightning"},
             )
         elif facts.framework_clip(obj, attr):
             self._emit("clip", call, ctx, obj=obj, framework=True)
@@ -510,11 +516,12 @@ def _remainder(value: ast.expr) -> str | None:
 
 
 def _modulo_comparison(value: ast.expr) -> str | None:
-    """The ``n`` of ``(i + 1) % n == 0`` (a comparison of a remainder and nothing else)."""
+    """The ``n`` of ``(i + 1) % n == 0`` or ``i % n != 0`` (a comparison of a remainder and
+    nothing else: a flag for the stepping or for the accumulating iterations)."""
     if (
         isinstance(value, ast.Compare)
         and len(value.ops) == 1
-        and isinstance(value.ops[0], ast.Eq)
+        and isinstance(value.ops[0], (ast.Eq, ast.NotEq))
         and isinstance(value.left, ast.BinOp)
         and isinstance(value.left.op, ast.Mod)
         and not (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
@@ -206,22 +207,59 @@ def _count_normalised(analysis: FileAnalysis, loss: str) -> bool:
     )
 
 
+#: frameworks whose backward does not divide the loss by an accumulation count (Fabric's
+#: ``fabric.backward``, Lightning's ``self.manual_backward`` in manual optimisation)
+_NOT_DIVIDING = frozenset({"fabric", "lightning"})
+
+
 def _per_call_step(unit: Unit, steps: list[Event], b: Event) -> Event | None:
     """A method that runs once per batch (no loop of its own): the step after ``b`` taken
     every N calls, counted by an attribute of the object that the method itself advances
-    (``self.count += 1``, ``self.count = (self.count + 1) % n``)."""
+    (``self.count += 1``, ``self.count = (self.count + 1) % n``) or by a parameter
+    (``if (batch_idx + 1) % n == 0:``)."""
     fn = unit.node
     if unit.cls is None or not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
     after = [s for s in steps if s.order > b.order and not s.loops and not exclusive(s, b)]
     if not after or after[0].ctx.accum is None:
         return None
-    advanced = _advanced_attributes(fn)
+    # what advances from call to call: an attribute the method advances, or a parameter
+    # its caller does (``training_step(self, batch, batch_idx)``)
+    advanced = _advanced_attributes(fn) | {a.arg for a in fn.args.args[1:]}
     names = {n for key, _ in after[0].ctx.arms for n in unit.test_names.get(key, ())}
-    guard = after[0].ctx.accum
-    if names & advanced or any(a in guard for a in advanced) or _guard_reads(fn, advanced):
+    if names & advanced or _guard_reads(fn, advanced):
         return after[0]
     return None
+
+
+_MICRO_BATCHES = "the loop's micro-batches"
+#: names of what a micro-batch loop iterates (``range(accum_steps)``, ``batch.chunk(n)``)
+_MICRO = re.compile(r"accum|micro|chunk|split|grad_acc", re.I)
+
+
+def _micro_batch_loop(analysis: FileAnalysis, unit: Unit, steps: list[Event], b: Event) -> bool:
+    """Whether ``b`` runs in a loop over micro-batches with no step inside it and a step
+    after it: ``while True: batch = next(loader); loss.backward(); if seen >= total: break``
+    then ``optimizer.step()``, ``for micro in batch.chunk(n): ...``, ``for _ in
+    range(accum_steps): ...``: the gradients of every pass add up for the one step."""
+    loop = b.loops[-1]
+    if any(loop in s.loops for s in steps):
+        return False
+    outer = b.loops[:-1]
+    if not any(s.order > b.order and s.loops == outer and not exclusive(s, b) for s in steps):
+        return False
+    loops = analysis.of_type(ast.For, ast.AsyncFor, ast.While)
+    node = next((n for n in loops if id(n) == loop), None)  # (None: written in another file)
+    if not isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+        return False
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        header = ast.unparse(node.iter) + " " + ast.unparse(node.target)
+        if _MICRO.search(header):
+            return True
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "next"
+        for n in ast.walk(node)
+    )
 
 
 def _sibling_step(analysis: FileAnalysis, unit: Unit) -> Event | None:
@@ -301,6 +339,15 @@ class UndividedAccumulatedLoss(Rule):
     under ``if n > 1:``), and so does a class whose ``backward(self, loss)`` method has no
     step while another method of it steps that way.
 
+    A loop over micro-batches with the step after it accumulates over its passes: ``while
+    True: batch = next(loader); loss.backward(); ...; break`` (also inlined from a method the
+    stepping one calls), ``for micro in batch.chunk(n)``, ``for _ in range(accum_steps)``. A
+    loop over anything else (the tasks of a multi-task loss) is not taken for one.
+
+    Fabric's ``fabric.backward`` and Lightning's ``self.manual_backward`` do not divide the
+    loss, so they count like ``loss.backward()``; Accelerate's ``accelerator.backward`` and
+    a DeepSpeed engine's ``backward`` divide by their own accumulation count and do not.
+
     Bad::
 
         for i, (x, y) in enumerate(loader):
@@ -333,23 +380,27 @@ class UndividedAccumulatedLoss(Rule):
             return
         for unit in analysis.units:
             for b in unit.of("backward"):
-                if b.framework or b.ctx.accum:
-                    continue
+                if b.ctx.accum or (b.framework and b.extra.get("framework") not in _NOT_DIVIDING):
+                    continue  # (Accelerate and DeepSpeed divide by their accumulation count)
                 steps = unit.related(b, "scaler_step", "opt_step")
+                divisor: str | None = None
                 if b.loops:
                     step = self._accumulating_step(steps, b)
+                    if step is None and _micro_batch_loop(analysis, unit, steps, b):
+                        divisor = _MICRO_BATCHES
                 else:
                     step = _per_call_step(unit, steps, b)
                     if step is None and not steps and unit.cls is not None:
                         step = _sibling_step(analysis, unit)
-                if step is None or step.ctx.accum is None:
-                    continue
+                if divisor is None:
+                    if step is None or step.ctx.accum is None:
+                        continue
+                    divisor = step.ctx.accum
                 if any(
-                    b.loops[-1] in r.loops and not exclusive(r, b)
+                    (not b.loops or b.loops[-1] in r.loops) and not exclusive(r, b)
                     for r in unit.related(b, "grad_rescale")
                 ):
                     continue
-                divisor = step.ctx.accum
                 if divisor not in provenance:
                     provenance[divisor] = _Provenance(analysis, divisor)
                 if provenance[divisor].normalised(b.loss):
@@ -357,12 +408,18 @@ class UndividedAccumulatedLoss(Rule):
                 loss = dotted_key(b.loss) if b.loss is not None else None
                 if loss is not None and _count_normalised(analysis, loss):
                     continue
-                yield self.finding(
-                    analysis,
-                    b.node,
-                    f"gradients are accumulated over {divisor} iterations but the loss is not "
-                    f"divided by {divisor}",
-                )
+                if divisor == _MICRO_BATCHES:
+                    message = (
+                        "the gradients of every micro-batch of this loop add up for the one "
+                        "step after it, but the loss is not divided by the number of "
+                        "micro-batches"
+                    )
+                else:
+                    message = (
+                        f"gradients are accumulated over {divisor} iterations but the loss is "
+                        f"not divided by {divisor}"
+                    )
+                yield self.finding(analysis, b.node, message)
 
     @staticmethod
     def _accumulating_step(steps: list[Event], b: Event) -> Event | None:
