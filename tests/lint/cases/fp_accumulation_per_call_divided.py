@@ -43,3 +43,20 @@ class SplitAgent:
             if self._number_grad_accum != 0:
                 return
         self.optimizer.step()
+
+
+class ClosureModule:
+    """A step given a closure runs the closure's own backward (Lightning, LBFGS)."""
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+
+        def closure():
+            loss = self.compute(batch)
+            self.manual_backward(loss)
+            return loss
+
+        closure()
+        if batch_idx % 2 == 0:
+            opt.step(closure=closure)
+            opt.zero_grad()

@@ -232,6 +232,16 @@ def _per_call_step(unit: Unit, steps: list[Event], b: Event) -> Event | None:
     return None
 
 
+def _closure_step(step: Event) -> bool:
+    """``optimizer.step(closure=...)``: the step runs the closure's own forward and backward,
+    so what came before it is not what it applies (LBFGS, Lightning's closures)."""
+    call = step.node
+    if not isinstance(call, ast.Call):
+        return False
+    args = call.args[1:] if step.kind == "scaler_step" else call.args
+    return bool(args) or any(kw.arg == "closure" for kw in call.keywords)
+
+
 _MICRO_BATCHES = "the loop's micro-batches"
 #: names of what a micro-batch loop iterates (``range(accum_steps)``, ``batch.chunk(n)``)
 _MICRO = re.compile(r"accum|micro|chunk|split|grad_acc", re.I)
@@ -393,7 +403,7 @@ class UndividedAccumulatedLoss(Rule):
                     if step is None and not steps and unit.cls is not None:
                         step = _sibling_step(analysis, unit)
                 if divisor is None:
-                    if step is None or step.ctx.accum is None:
+                    if step is None or step.ctx.accum is None or _closure_step(step):
                         continue
                     divisor = step.ctx.accum
                 if any(
