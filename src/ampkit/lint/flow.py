@@ -522,11 +522,6 @@ def _modulo_comparison(value: ast.expr) -> str | None:
         isinstance(value, ast.Compare)
         and len(value.ops) == 1
         and isinstance(value.ops[0], (ast.Eq, ast.NotEq))
-        and isinstance(value.left, ast.BinOp)
-        and isinstance(value.left.op, ast.Mod)
-        and not (
-            isinstance(value.left.left, ast.Constant) and isinstance(value.left.left.value, str)
-        )
     ):
-        return ast.unparse(value.left.right)
+        return _remainder(value.left)
     return None

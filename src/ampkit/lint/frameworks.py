@@ -28,6 +28,7 @@ from ampkit.lint.names import Imports
 __all__ = [
     "BACKWARD_FRAMEWORKS",
     "CLIP_METHODS",
+    "framework_family",
     "framework_of_ctor",
     "framework_of_name",
     "framework_scales",
@@ -155,7 +156,9 @@ def precision_evidence(call: ast.Call, imports: Imports) -> tuple[str, str] | No
     return None
 
 
-def _family(framework: str) -> str:
+def framework_family(framework: str) -> str:
+    """The family whose constructors' evidence speaks for ``framework`` (Fabric is
+    Lightning's)."""
     return "lightning" if framework in ("lightning", "fabric") else framework
 
 
@@ -167,7 +170,7 @@ def framework_scales(framework: str, evidence: dict[str, set[str]]) -> bool:
     the code as often as in it: they are taken not to scale only when every constructor seen
     sets a literal non-float16 precision.
     """
-    seen = evidence.get(_family(framework), set())
-    if _family(framework) == "lightning":
+    seen = evidence.get(framework_family(framework), set())
+    if framework_family(framework) == "lightning":
         return bool(seen & {"scales", _UNKNOWN})
     return not seen or seen != {"plain"}

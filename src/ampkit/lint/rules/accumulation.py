@@ -226,10 +226,14 @@ def _per_call_step(unit: Unit, steps: list[Event], b: Event) -> Event | None:
     # what advances from call to call: an attribute the method advances, or a parameter
     # its caller does (``training_step(self, batch, batch_idx)``)
     advanced = _advanced_attributes(fn) | {a.arg for a in fn.args.args[1:]}
-    names = {n for key, _ in after[0].ctx.arms for n in unit.test_names.get(key, ())}
-    if names & advanced or _guard_reads(fn, advanced):
-        return after[0]
-    return None
+    return after[0] if _counted_by(unit, fn, after[0], advanced) else None
+
+
+def _counted_by(unit: Unit, fn: ast.AST, step: Event, advanced: set[str]) -> bool:
+    """Whether ``step``'s every-N guard, or an early return of ``fn``, reads one of the
+    names that advance from call to call."""
+    names = {n for key, _ in step.ctx.arms for n in unit.test_names.get(key, ())}
+    return bool(names & advanced) or _guard_reads(fn, advanced)
 
 
 def _closure_step(step: Event) -> bool:
@@ -282,12 +286,9 @@ def _sibling_step(analysis: FileAnalysis, unit: Unit) -> Event | None:
         fn = other.node
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
+        advanced = _advanced_attributes(fn)
         for s in other.of("scaler_step", "opt_step"):
-            if s.loops or s.ctx.accum is None:
-                continue
-            advanced = _advanced_attributes(fn)
-            names = {n for key, _ in s.ctx.arms for n in other.test_names.get(key, ())}
-            if names & advanced or _guard_reads(fn, advanced):
+            if not s.loops and s.ctx.accum is not None and _counted_by(other, fn, s, advanced):
                 return s
     return None
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from ampkit.lint.analysis import FileAnalysis, Unit
 from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
+from ampkit.lint.frameworks import framework_family
 from ampkit.lint.rules.base import Rule, register
 from ampkit.lint.rules.common import current_backward, last_before, scaling_decided_by_branch
 
@@ -41,8 +42,7 @@ def _scaling_framework(analysis: FileAnalysis, unit: Unit, clip: Event) -> str |
         framework = backward.extra.get("framework") if backward.framework else None
         if not isinstance(framework, str) or framework not in _FRAMEWORK_CLIP:
             return None
-        family = "lightning" if framework == "fabric" else framework
-        if analysis.framework_evidence.get(family) != {"scales"}:
+        if analysis.framework_evidence.get(framework_family(framework)) != {"scales"}:
             return None
         if unit.between(backward, clip, "unscale", "framework_unscale", "opt_step"):
             return None
