@@ -5,9 +5,12 @@ facts about them: for each fix the repository, the commit that fixed it, the fil
 of the bug in the file *before* the commit (its first parent), the rule that claims that
 kind of bug, a ``held_out`` flag and a one-sentence reason reached by reading the diff.
 
-Each file is read from git (``commit^:path`` and ``commit:path``; nothing is checked out
-or run) and linted alone, as ``ampkit lint FILE`` would (no project index: the tree at each
-commit is not assembled). A fix is judged inside its *scope*: the innermost function or
+Each file is linted the way ``ampkit lint .`` lints it in its repository: the repository's
+Python files at the commit (``commit^`` before, ``commit`` after) are read from git into a
+temporary folder (nothing is run) and the file is linted with that tree's project index, so
+what it imports from the tree, and the tree's configs and scalers, are followed. With
+``--alone`` each file is linted by itself instead, as ``ampkit lint FILE`` would (the figure
+of earlier rounds). A fix is judged inside its *scope*: the innermost function or
 method holding the bug line before the fix (the module when the line is at top level), and
 the function of the same qualified name after it (the whole file when it is gone).
 
@@ -33,6 +36,7 @@ or a working clone, with the fix commits in their history)::
 
     python benchmarks/lint_history.py clone SNAPSHOTS --source https://github.com/{repo}.git
     python benchmarks/lint_history.py score SNAPSHOTS
+    python benchmarks/lint_history.py score SNAPSHOTS --alone
     python benchmarks/lint_history.py score SNAPSHOTS --held-out --min-precision 0.9 --min-recall 0.8
 """
 
@@ -40,13 +44,19 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ampkit.lint import check_source
+from ampkit.lint.api import build_index, process_file
+from ampkit.lint.discovery import SourceFile
 from ampkit.lint.findings import Finding, Severity
 
 DATA = Path(__file__).with_name("lint_history.json")
@@ -133,6 +143,59 @@ def _blob(git_dir: Path, rev: str, path: str) -> str | None:
         errors="replace",
     )
     return done.stdout if done.returncode == 0 else None
+
+
+@contextmanager
+def _tree(git_dir: Path, rev: str) -> Iterator[Path]:
+    """The repository's ``*.py`` files at ``rev``, written under a temporary folder (read
+    blob by blob: a snapshot may lack its largest non-Python files)."""
+    git = ["git", "--git-dir", str(git_dir)]
+    listing = subprocess.run(
+        [*git, "ls-tree", "-r", "-z", rev], capture_output=True, check=True
+    ).stdout.split(b"\0")
+    blobs: list[tuple[str, str]] = []
+    for row in filter(None, listing):
+        meta, _, name = row.partition(b"\t")
+        mode, kind, sha = meta.split()
+        path = name.decode("utf-8", "replace")
+        if kind == b"blob" and mode != b"120000" and path.endswith(".py"):
+            blobs.append((sha.decode(), path))
+    with tempfile.TemporaryDirectory(prefix="lint-history-") as folder:
+        root = Path(folder)
+        batch = subprocess.run(
+            [*git, "cat-file", "--batch"],
+            input="".join(f"{sha}\n" for sha, _ in blobs).encode(),
+            capture_output=True,
+            check=True,
+        ).stdout
+        at = 0
+        for _, path in blobs:
+            header_end = batch.index(b"\n", at)
+            header = batch[at:header_end].split()
+            at = header_end + 1
+            if header[-1] == b"missing":
+                continue
+            size = int(header[2])
+            target = root / path
+            if root not in target.resolve().parents:
+                raise SystemExit(f"{rev}: a path leaves the tree: {path}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(batch[at : at + size])
+            at += size + 1
+        yield root
+
+
+@functools.cache
+def _findings(git_dir: Path, rev: str, path: str, alone: bool) -> tuple[Finding, ...]:
+    """The findings of ``path`` at ``rev``: linted with its tree's project index, or by
+    itself when ``alone`` (each (revision, file) is linted once per run)."""
+    if alone:
+        text = _blob(git_dir, rev, path)
+        return tuple(check_source(text, path)) if text is not None else ()
+    with _tree(git_dir, rev) as root:
+        files = [SourceFile(p, root) for p in sorted(root.rglob("*.py")) if p.is_file()]
+        index = build_index(files, jobs=1)
+        return tuple(process_file(SourceFile(root / path, root), index=index)[0])
 
 
 def _scopes(text: str) -> list[tuple[str, int, int]]:
@@ -223,7 +286,7 @@ class Score:
         return "\n".join(lines) + "\n"
 
 
-def score(root: Path, fixes: list[Fix]) -> Score:
+def score(root: Path, fixes: list[Fix], alone: bool = False) -> Score:
     """Lint each fix's file before and after and compare (see the module docstring)."""
     result = Score(len(fixes), len({f.repo for f in fixes}), len({f.commit for f in fixes}))
     for fix in fixes:
@@ -232,8 +295,10 @@ def score(root: Path, fixes: list[Fix]) -> Score:
         after = _blob(git_dir, fix.commit, fix.path)
         if before is None:
             raise SystemExit(f"{fix.key}: the file is not in {fix.commit}^")
+        before_findings = list(_findings(git_dir, f"{fix.commit}^", fix.path, alone))
+        after_findings = list(_findings(git_dir, fix.commit, fix.path, alone))
         span = _scope_at(before, fix.line)
-        found = _scored(_in(check_source(before, fix.path), span), fix.rule)
+        found = _scored(_in(before_findings, span), fix.rule)
         for f in found:
             if (f.line, f.code) in fix.also_before:
                 result.other_real_bugs.append(f"{fix.key}: before {f.line} {f.code}")
@@ -245,7 +310,7 @@ def score(root: Path, fixes: list[Fix]) -> Score:
         ]
         if after is not None:
             after_span = _scope_named(after, span[0])
-            for f in _scored(_in(check_source(after, fix.path), after_span), fix.rule):
+            for f in _scored(_in(after_findings, after_span), fix.rule):
                 where = f"{fix.key}: after {f.line} {f.code}"
                 if (f.line, f.code) in fix.also_after:
                     result.other_real_bugs.append(where)
@@ -266,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("score", help="lint before and after each fix; precision and recall")
     run.add_argument("root", type=Path)
     run.add_argument("--held-out", action="store_true", help="score the held-out part alone")
+    run.add_argument(
+        "--alone", action="store_true", help="lint each file by itself, without its tree"
+    )
     run.add_argument("--json", type=Path, help="also write the result as JSON")
     run.add_argument("--min-precision", type=float, default=0.0)
     run.add_argument("--min-recall", type=float, default=0.0)
@@ -281,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     parts["seen"] = [f for f in fixes if not f.held_out]
     if args.held_out:
         parts = {"held-out": parts["held-out"]}
-    results = {name: score(args.root, part) for name, part in parts.items()}
+    results = {name: score(args.root, part, args.alone) for name, part in parts.items()}
     for name, result in results.items():
         sys.stdout.write(result.report(name))
     if args.json:
