@@ -81,6 +81,29 @@ class Pairing(Solver):
         finally:
             self._dtype_atoms = frozenset()
 
+    def scaler_on_bf16_flag(self, stmt: ast.stmt, ctor: ast.Call) -> Answer:
+        """Is the GradScaler ``ctor`` (built by ``stmt``) enabled when a free value says
+        bfloat16: a flag named for it (``use_bf16``, ``args.bf16``) true, or an option holding
+        ``"bf16"``/``"bfloat16"`` or torch.bfloat16, with no flag named for float16 true
+        (``GradScaler(enabled=True) if cfg.use_fp16 or cfg.use_bf16 else None``)?"""
+        where = self._where(ctor)
+        value = stmt.value if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else ctor
+        if where is None or value is None:
+            return Answer("unknown")
+
+        def bad() -> bool:
+            if not self._reached(where):
+                return False
+            scaler = self._eval(value, where)
+            if not isinstance(scaler, ScalerValue) or not scaler.enabled:
+                return False
+            said = {a: self._assignment[a] for a in self._read if a in self._assignment}
+            if any(_names(a, _FP16_WORDS) and truth(v) for a, v in said.items()):
+                return False
+            return any(_says_bf16(a, v) for a, v in said.items())
+
+        return self.solve(bad)
+
     def _shared_dtype_atoms(self, regions: list[Event], key: str | None) -> frozenset[str]:
         """The names read both by an autocast's ``dtype=`` and by the ``enabled=`` of the
         scaler ``key`` (``GradScaler(enabled=amp_dtype is not None)`` next to
@@ -96,8 +119,8 @@ class Pairing(Solver):
             call = getattr(region.extra.get("info"), "node", None)
             if isinstance(call, ast.Call):
                 dtype = call_argument(call, 1, "dtype")
-                if dtype is not None:
-                    shared |= read & self._names_read(dtype, follow=False)
+                for value in _values(dtype):
+                    shared |= read & self._names_read(value, follow=False)
         return frozenset(shared)
 
     def _names_read(self, node: ast.expr, follow: bool) -> set[str]:
@@ -244,3 +267,31 @@ class Pairing(Solver):
         if value is OTHER or value is None:
             return "unknown"
         raise Unknown("dtype")
+
+
+def _values(node: ast.expr | None) -> list[ast.expr]:
+    """The expressions ``node`` can evaluate to, through conditional arms (``amp_dtype``, and
+    both arms of ``a if test else b``), leaving out the tests: a name compared with a
+    constant (``mode == "bf16"``) holds that constant, not a dtype."""
+    if node is None:
+        return []
+    if isinstance(node, ast.IfExp):
+        return [*_values(node.body), *_values(node.orelse)]
+    return [node]
+
+
+_BF16_WORDS = frozenset({"bf16", "bfloat16"})
+_FP16_WORDS = frozenset({"fp16", "float16", "half"})
+
+
+def _names(atom: str, words: frozenset[str]) -> bool:
+    """Whether the atom's last name is made of one of ``words`` (``use_bf16``, ``bf16``)."""
+    return bool(words & set(atom.rsplit(".", 1)[-1].lower().split("_")))
+
+
+def _says_bf16(atom: str, value: object) -> bool:
+    if isinstance(value, Dtype):
+        return value.name == BF16
+    if isinstance(value, str):
+        return bool(_BF16_WORDS & set(value.lower().replace("-", "_").split("_")))
+    return value is True and _names(atom, _BF16_WORDS)

@@ -333,10 +333,12 @@ class ScalerWithBfloat16(Rule):
     summary = "A GradScaler combined with bfloat16 autocast (not needed)."
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        paired: set[str] = set()
         for unit in analysis.units:
             regions = unit.of("autocast")
             if not regions:
                 continue
+            paired |= {e.obj for e in unit.events if e.obj is not None}
             # each scale call, and each scaled backward whose scale call is not in the flow
             uses = list(unit.of("scale")) + [
                 b for b in unit.of("backward") if b.scaled and not _scales_of(b)
@@ -359,6 +361,26 @@ class ScalerWithBfloat16(Rule):
             else:
                 if unknown:
                     yield from self._single_value(analysis, unit)
+        yield from self._built_for_bf16(analysis, paired)
+
+    def _built_for_bf16(self, analysis: FileAnalysis, paired: set[str]) -> Iterator[Finding]:
+        """Scalers whose autocast is out of view (used by no unit of the file with an
+        autocast), built enabled when a flag or option says bfloat16."""
+        facts = analysis.facts
+        for stmt in facts.of_type(ast.Assign, ast.AnnAssign):
+            value = stmt.value  # type: ignore[attr-defined]
+            targets = getattr(stmt, "targets", None) or [stmt.target]  # type: ignore[attr-defined]
+            keys = {dotted_key(t) for t in targets} - {None}
+            ctor = facts.resolver.scaler_ctor(value) if value is not None else None
+            if ctor is None or keys & paired:
+                continue
+            answer = analysis.pairing.scaler_on_bf16_flag(stmt, ctor)  # type: ignore[arg-type]
+            if answer.verdict == "bad":
+                yield self.finding(
+                    analysis,
+                    ctor,
+                    f"GradScaler enabled{answer.when()}; bfloat16 does not need loss scaling",
+                )
 
     def _single_value(self, analysis: FileAnalysis, unit: Unit) -> Iterator[Finding]:
         """The judgement without following flags: every region of the unit is statically
