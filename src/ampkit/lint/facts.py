@@ -9,6 +9,7 @@ following from their callers. The name tables below say which calls matter.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict
 
@@ -44,6 +45,10 @@ INTERESTING_ATTRS = frozenset(
 #: Other method names that make events (casts, checkpoints) without making a callee worth
 #: following from its callers.
 _EVENT_ATTRS = frozenset({"half", "bfloat16", "float", "to", "type", "state_dict"})
+
+#: Method names whose calls the flow reads by their own meaning, never by the class of the file
+#: that happens to define one.
+_OWN_NAMES = INTERESTING_ATTRS | _EVENT_ATTRS | {"step", "update"}
 
 
 _SCHEDULERS = re.compile(r"lr_scheduler|swa_utils")
@@ -275,6 +280,26 @@ class FileFacts:
             self.any_scaler_update = True
         if func.attr in ("scale", "unscale_") and self.is_scaler(obj):
             self.any_scaler = True
+
+    @functools.cached_property
+    def sole_methods(self) -> dict[str, FunctionNode]:
+        """Method name -> the method, for names only one class of this file defines (no
+        module-level function shares them; dunders and the names the rules read themselves,
+        ``backward``, ``step``..., left out): a call of one on an object of unknown type
+        (``runner.engine.backward_loss(loss)``) can only mean that method here."""
+        found: dict[str, list[FunctionNode]] = defaultdict(list)
+        for node in self.of_type(ast.ClassDef):
+            for item in node.body:  # type: ignore[attr-defined]
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    found[item.name].append(item)
+        return {
+            name: fns[0]
+            for name, fns in found.items()
+            if len(fns) == 1
+            and name not in self.functions
+            and name not in _OWN_NAMES
+            and not name.startswith("__")
+        }
 
     def is_interesting(self, fn: FunctionNode) -> bool:
         """Whether following a call into ``fn`` can add events (it makes AMP-relevant calls,

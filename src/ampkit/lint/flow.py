@@ -5,7 +5,8 @@ also execution order, and records an :class:`~ampkit.lint.events.Event` for ever
 rule cares about: backward passes, scaler calls, optimizer steps, gradient clipping and
 rescaling, dtype casts, saves and autocast regions, each with its
 :class:`~ampkit.lint.events.Context`. Calls of functions defined in the same file (module
-level, local to the function, or ``self`` methods) are followed (inlined), so a trainer
+level, local to the function, ``self`` methods, and a method of another object when only one
+class of the file defines that name) are followed (inlined), so a trainer
 whose backward and step live in different methods is analysed as one step. ``self``
 methods inherited from a base class in another file of the project are followed too, with
 the facts of the file they are written in; their events stand at the call that led there
@@ -310,6 +311,11 @@ class FlowBuilder:
             # ``accelerator.unscale_gradients()``: its GradScaler's unscale_ of the
             # optimizers (not a rescale of the gradients by a count)
             self._emit("framework_unscale", call, ctx, obj=dotted_key(func.value))
+            return
+        sole = func.attr if isinstance(func, ast.Attribute) else None
+        if sole in facts.sole_methods and dotted_key(func.value) not in (None, "self"):  # type: ignore[union-attr]
+            # ``runner.engine.backward_loss(loss)``: the one class of the file with that method
+            self._inline(facts.sole_methods[sole], ctx)
             return
         if rescales_grads(call):
             self._emit("grad_rescale", call, ctx)
