@@ -312,10 +312,13 @@ class FlowBuilder:
             # optimizers (not a rescale of the gradients by a count)
             self._emit("framework_unscale", call, ctx, obj=dotted_key(func.value))
             return
-        sole = func.attr if isinstance(func, ast.Attribute) else None
-        if sole in facts.sole_methods and dotted_key(func.value) not in (None, "self"):  # type: ignore[union-attr]
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in facts.sole_methods
+            and dotted_key(func.value) not in (None, "self")
+        ):
             # ``runner.engine.backward_loss(loss)``: the one class of the file with that method
-            self._inline(facts.sole_methods[sole], ctx)
+            self._inline(facts.sole_methods[func.attr], ctx)
             return
         if rescales_grads(call):
             self._emit("grad_rescale", call, ctx)
