@@ -89,13 +89,16 @@ class _Provenance:
                     pairs.append((node, by_name[name]))
         return pairs
 
-    def normalised(self, loss: ast.expr | None) -> bool:
+    def normalised(self, loss: ast.expr | None, at: ast.AST | None = None) -> bool:
         """Whether the loss (or what it was computed from) is divided or scaled somewhere,
-        or computed by a call that receives the accumulation count."""
+        or computed by a call that receives the accumulation count. A binding of the loss
+        itself written after the backward ``at``, in its function, does not count: it divides
+        a value the backward has already used (``loss = loss / n`` for the log)."""
         if loss is None or _has_division(loss):
             return True
         seen: set[str] = set()
-        todo = [k for k in [dotted_key(loss) or ast.unparse(loss)] if k]
+        first = dotted_key(loss) or ast.unparse(loss)
+        todo = [k for k in [first] if k]
         for _ in range(_DEPTH):
             following: list[str] = []
             for key in todo:
@@ -103,11 +106,20 @@ class _Provenance:
                     continue
                 seen.add(key)
                 for value in self.facts.assignments.get(key, []):
+                    if key == first and self._after(value, at):
+                        continue
                     if self._divides(value):
                         return True
                     following.extend(_carried(value))
             todo = following
         return False
+
+    def _after(self, value: ast.expr, at: ast.AST | None) -> bool:
+        """Whether ``value`` is bound after ``at`` in the same function (a loop body runs
+        in order: the loss is computed again before the next backward)."""
+        if at is None or self.facts.owner_of(value) is not self.facts.owner_of(at):
+            return False
+        return (value.lineno, value.col_offset) > (at.lineno, at.col_offset)  # type: ignore[attr-defined]
 
     def _divides(self, value: ast.expr) -> bool:
         if _has_division(value):
@@ -414,7 +426,7 @@ class UndividedAccumulatedLoss(Rule):
                     continue
                 if divisor not in provenance:
                     provenance[divisor] = _Provenance(analysis, divisor)
-                if provenance[divisor].normalised(b.loss):
+                if provenance[divisor].normalised(b.loss, b.node):
                     continue
                 loss = dotted_key(b.loss) if b.loss is not None else None
                 if loss is not None and _count_normalised(analysis, loss):
