@@ -38,10 +38,26 @@ def _is_fp32(node: ast.expr | None) -> bool:
 
 
 def _root(node: ast.expr) -> str | None:
-    """The name a method chain starts from: ``model`` for ``model.to(...).train()``."""
+    """The name a method chain starts from: ``model`` for ``model.to(...).train()``,
+    ``self.model`` for ``self.model.bfloat16()`` (an attribute of the object)."""
     while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        if isinstance(node, ast.Attribute) and _is_self(node.value):
+            return f"self.{node.attr}"
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
+
+
+def _is_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def _target(node: ast.expr) -> str | None:
+    """``model`` or ``self.model``: an assignment target the rule follows."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and _is_self(node.value):
+        return f"self.{node.attr}"
+    return None
 
 
 def _dtype_args(call: ast.Call) -> list[ast.expr]:
@@ -57,8 +73,35 @@ class _Cast:
     how: str
 
 
-def _casts(call: ast.Call) -> _Cast | None:
-    """What ``call`` does to the dtype of the model it returns or changes, if anything."""
+def _bound_dtypes(statements: list[ast.stmt]) -> dict[str, ast.expr]:
+    """Names a scope binds to a bf16 or fp32 literal (``dtype = torch.bfloat16``); a name bound
+    to anything else as well is left out."""
+    found: dict[str, list[ast.expr]] = {}
+    stack: list[ast.AST] = list(statements)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found.setdefault(target.id, []).append(node.value)
+        stack.extend(ast.iter_child_nodes(node))
+    return {
+        name: values[0]
+        for name, values in found.items()
+        if len(values) == 1 and (_is_bf16(values[0]) or _is_fp32(values[0]))
+    }
+
+
+def _casts(call: ast.Call, bound: dict[str, ast.expr] | None = None) -> _Cast | None:
+    """What ``call`` does to the dtype of the model it returns or changes, if anything
+    (``bound``: the scope's names of a dtype literal)."""
+    bound = bound or {}
+
+    def named(node: ast.expr) -> ast.expr:
+        return bound.get(node.id, node) if isinstance(node, ast.Name) else node
+
     func = call.func
     if not isinstance(func, ast.Attribute):
         return None
@@ -67,7 +110,7 @@ def _casts(call: ast.Call) -> _Cast | None:
             if k.arg in ("dtype", "torch_dtype"):
                 if isinstance(k.value, ast.Constant) and k.value.value == "auto":
                     return _Cast(call.lineno, True, f'from_pretrained({k.arg}="auto")')
-                if _is_bf16(k.value):
+                if _is_bf16(named(k.value)):
                     return _Cast(call.lineno, True, f"from_pretrained({k.arg}=bfloat16)")
                 return _Cast(call.lineno, False, "from_pretrained")
         return None
@@ -76,7 +119,7 @@ def _casts(call: ast.Call) -> _Cast | None:
     if func.attr == "float" and not call.args:
         return _Cast(call.lineno, False, ".float()")
     if func.attr == "to":
-        args = _dtype_args(call)
+        args = [named(a) for a in _dtype_args(call)]
         if any(_is_bf16(a) for a in args):
             return _Cast(call.lineno, True, ".to(torch.bfloat16)")
         if any(_is_fp32(a) for a in args):
@@ -128,7 +171,7 @@ def _calls(statements: list[ast.stmt]) -> Iterator[tuple[ast.Call, str | None]]:
             continue
         target = None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0].id if isinstance(node.targets[0], ast.Name) else None
+            target = _target(node.targets[0])
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
             target = _root(node.value)
         if target is not None:
@@ -206,27 +249,65 @@ class PureBf16WithoutMaster(Rule):
         }
         if names & _CARED or modules & _CARED:
             return
+        reported: set[int] = set()
         for statements in _scopes(tree):
             state: dict[str, _Cast] = {}
+            bound = _bound_dtypes(statements)
             for call, target in _calls(statements):
-                cast = _casts(call)
+                cast = _casts(call, bound)
                 if cast is not None and target is not None:
                     state[target] = cast
                     continue
-                built = _optimizer(call)
-                if built is None:
-                    continue
-                optimizer, models = built
-                low = [m for m in sorted(models) if m in state and state[m].low]
-                if low:
-                    model = low[0]
-                    how = state[model]
-                    yield self.finding(
-                        analysis,
-                        call,
-                        f"{model} holds bf16 weights ({how.how} on line {how.line}) and "
-                        f"{optimizer} over its parameters keeps them and its state in bf16 with "
-                        "no fp32 master (updates under half a bf16 ulp are lost); cast the "
-                        f"model to fp32 ({model}.float()) and train under bf16 autocast, or "
-                        "use ampkit.Bf16True for compensated pure bf16",
-                    )
+                yield from self._judge(analysis, call, state, reported)
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            yield from self._across_methods(analysis, cls, reported)
+
+    def _across_methods(
+        self, analysis: FileAnalysis, cls: ast.ClassDef, reported: set[int]
+    ) -> Iterator[Finding]:
+        """An attribute cast to bf16 in one method (``self.model = ...from_pretrained(...,
+        dtype=torch.bfloat16)``) and trained by an optimizer built in another: which method
+        runs first is not known, so an attribute some method casts back to fp32 is left
+        alone."""
+        methods = [m for m in cls.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        casts: dict[str, list[_Cast]] = {}
+        for method in methods:
+            bound = _bound_dtypes(method.body)
+            for call, target in _calls(method.body):
+                cast = _casts(call, bound)
+                if cast is not None and target is not None and target.startswith("self."):
+                    casts.setdefault(target, []).append(cast)
+        state = {
+            key: next(c for c in found if c.low)
+            for key, found in casts.items()
+            if all(c.low for c in found)
+        }
+        if not state:
+            return
+        for method in methods:
+            for call, _ in _calls(method.body):
+                yield from self._judge(analysis, call, state, reported)
+
+    def _judge(
+        self, analysis: FileAnalysis, call: ast.Call, state: dict[str, _Cast], reported: set[int]
+    ) -> Iterator[Finding]:
+        """A finding when ``call`` builds a plain optimizer over a model ``state`` holds in
+        bf16 (once per call)."""
+        built = _optimizer(call)
+        if built is None or id(call) in reported:
+            return
+        optimizer, models = built
+        low = [m for m in sorted(models) if m in state and state[m].low]
+        if low:
+            reported.add(id(call))
+            model = low[0]
+            how = state[model]
+            yield self.finding(
+                analysis,
+                call,
+                f"{model} holds bf16 weights ({how.how} on line {how.line}) and "
+                f"{optimizer} over its parameters keeps them and its state in bf16 with "
+                "no fp32 master (updates under half a bf16 ulp are lost); cast the "
+                f"model to fp32 ({model}.float()) and train under bf16 autocast, or "
+                "use ampkit.Bf16True for compensated pure bf16",
+            )
