@@ -343,7 +343,9 @@ class UndividedAccumulatedLoss(Rule):
     Normalising elsewhere counts: dividing the loss before handing it on
     (``loss = loss / n`` then ``amp.scale_loss(loss, ...)``), computing it with a function
     that receives the accumulation count, or rescaling the gradients before the step
-    (``p.grad.div_(n)``, ``optimizer.multiply_grads(1 / n)``). A backward whose gradients
+    (``p.grad.div_(n)``, ``optimizer.multiply_grads(1 / n)``). A division written after the
+    backward in the same function (``loss = loss / n`` for the log) comes too late: the
+    backward has used the undivided loss. A backward whose gradients
     the next step in the same iteration consumes unconditionally is not accumulated, even
     when another optimizer is stepped every ``n`` iterations (the delayed actor update of
     TD3-style reinforcement learning).

@@ -202,6 +202,12 @@ class PureBf16WithoutMaster(Rule):
     ``dtype=torch.float32``) and train under bf16 autocast, or train in pure bf16 on purpose
     with compensated updates (``ampkit.Bf16True``, Kahan summation or stochastic rounding).
 
+    A dtype bound to a name first (``dtype = torch.bfloat16``) counts as written. In a class,
+    an attribute loaded or cast to bf16 in one method (``self.model = ...from_pretrained(...,
+    dtype=torch.bfloat16)``) and trained by a plain optimizer built in another is reported
+    too, unless some method of the class casts it back to fp32 (which runs first is not
+    known there).
+
     Not reported: a cast back to fp32 before the optimizer is built, and files that use an
     fp32 master or compensated updates (``CompensatedOptimizer``, ``Bf16True``,
     ``MixedPrecision``, torchao's ``bf16_stochastic_round``, torch-optimi's ``kahan_sum``).

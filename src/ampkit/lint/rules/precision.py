@@ -311,7 +311,14 @@ class ScalerWithBfloat16(Rule):
     default dtype (off CUDA, a CUDA GradScaler disables itself). A scaler enabled by the
     autocast dtype being set at all (``GradScaler(enabled=amp_dtype is not None)`` with
     ``autocast(dtype=amp_dtype)``) is on for bfloat16 too, and is reported "when `amp_dtype`
-    is torch.bfloat16".
+    is torch.bfloat16"; a mode compared with its names (``dtype=torch.bfloat16 if mode ==
+    "bf16" else torch.float16``) holds those names, not dtypes.
+
+    A scaler no autocast of the file meets (built in a launcher and handed to a trainer
+    defined elsewhere) is reported where it is built when it is enabled with a flag named for
+    bfloat16 true and none named for float16 (``GradScaler() if cfg.use_fp16 or
+    cfg.use_bf16 else None``), or with an option holding "bf16" (``enabled=args.precision in
+    ("fp16", "bf16")``).
 
     Bad::
 
