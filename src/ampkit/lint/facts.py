@@ -48,7 +48,14 @@ _EVENT_ATTRS = frozenset({"half", "bfloat16", "float", "to", "type", "state_dict
 
 #: Method names whose calls the flow reads by their own meaning, never by the class of the file
 #: that happens to define one.
-_OWN_NAMES = INTERESTING_ATTRS | _EVENT_ATTRS | {"step", "update"}
+_OWN_NAMES = (
+    INTERESTING_ATTRS
+    | _EVENT_ATTRS
+    | {"step", "update"}
+    # ``torch.nn.Module`` methods: called on a model far more often than on the file's class
+    | {"train", "eval", "forward", "cuda", "cpu", "apply", "parameters", "named_parameters",
+       "modules", "named_modules", "children", "load_state_dict", "requires_grad_"}
+)  # fmt: skip
 
 
 _SCHEDULERS = re.compile(r"lr_scheduler|swa_utils")

@@ -312,13 +312,17 @@ class FlowBuilder:
             # optimizers (not a rescale of the gradients by a count)
             self._emit("framework_unscale", call, ctx, obj=dotted_key(func.value))
             return
+        sole = facts.sole_methods.get(func.attr) if isinstance(func, ast.Attribute) else None
+        receiver = func.value if isinstance(func, ast.Attribute) else None
         if (
-            isinstance(func, ast.Attribute)
-            and func.attr in facts.sole_methods
-            and dotted_key(func.value) not in (None, "self")
+            sole is not None
+            and receiver is not None
+            and dotted_key(receiver) not in (None, "self")
+            and all(sole is not own for own in self.methods.values())
         ):
-            # ``runner.engine.backward_loss(loss)``: the one class of the file with that method
-            self._inline(facts.sole_methods[func.attr], ctx)
+            # ``runner.engine.backward_loss(loss)``: the one class of the file with that
+            # method (not the caller's own class: ``self.model.train()`` in ``Trainer``)
+            self._inline(sole, ctx)
             return
         if rescales_grads(call):
             self._emit("grad_rescale", call, ctx)

@@ -11,6 +11,7 @@ __all__ = [
     "RESCALE_OPS",
     "bound_keys",
     "cast_receiver",
+    "clamps_in_hook",
     "continue_guard",
     "is_grad_key",
     "loaded_keys",
@@ -117,3 +118,29 @@ def scaled_operand(node: ast.expr) -> ast.expr:
         ):
             return sub.args[0]
     return node
+
+
+#: tensor hooks that run during the backward pass, on the gradient as it is computed
+_GRAD_HOOKS = frozenset({"register_hook", "register_post_accumulate_grad_hook"})
+
+
+def clamps_in_hook(call: ast.Call) -> bool:
+    """``p.register_hook(lambda grad: grad.clamp(-c, c))`` (or a lambda calling anything named
+    for clamping or clipping): a hook that clips each gradient while the backward computes
+    it, before any ``unscale_`` can run."""
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and func.attr in _GRAD_HOOKS and call.args):
+        return False
+    hook = call.args[0]
+    if not isinstance(hook, ast.Lambda):
+        return False
+    for sub in ast.walk(hook.body):
+        if isinstance(sub, ast.Call):
+            name = (
+                sub.func.attr
+                if isinstance(sub.func, ast.Attribute)
+                else getattr(sub.func, "id", "")
+            )
+            if "clamp" in name.lower() or "clip" in name.lower():
+                return True
+    return False

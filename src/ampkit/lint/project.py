@@ -37,6 +37,7 @@ from ampkit.lint.names import (
     Wrapper,
     call_argument,
 )
+from ampkit.lint.patterns import clamps_in_hook
 
 __all__ = [
     "ANY_ARGS",
@@ -84,6 +85,8 @@ class ModuleSummary:
     reductions: set[str] = field(default_factory=set)
     #: modules the file imports names from, as written (``.valle``, ``pkg.models``)
     imported: set[str] = field(default_factory=set)
+    #: module-level functions that register gradient hooks which clamp (run inside backward)
+    hook_clippers: set[str] = field(default_factory=set)
 
 
 _WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
@@ -289,6 +292,13 @@ def summarise(text: str) -> ModuleSummary | None:
         if isinstance(node, ast.ImportFrom):
             summary.imported.add("." * node.level + (node.module or ""))
     summary.flags = any(isinstance(s, (ast.Assign, ast.AnnAssign, ast.If)) for s in tree.body)
+    if "_hook" in text:
+        summary.hook_clippers = {
+            stmt.name
+            for stmt in tree.body
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any(isinstance(n, ast.Call) and clamps_in_hook(n) for n in ast.walk(stmt))
+        }
     if _WORTH_RESOLVING.search(text):
         resolver = Resolver(
             table, {k: v for k, v in _module_constants(tree).items() if "." not in k}
@@ -651,6 +661,14 @@ class ProjectView:
             return None
         found = self._lookup(qualname)
         return found[0].wrappers.get(found[1]) if found is not None else None
+
+    def hook_clipper(self, qualname: str) -> bool:
+        """Whether ``qualname`` names a function of the tree that registers gradient hooks
+        which clamp (:func:`~ampkit.lint.patterns.clamps_in_hook`)."""
+        if qualname.startswith("torch."):
+            return False
+        found = self._lookup(qualname)
+        return found is not None and found[1] in found[0].hook_clippers
 
     def dtypes(self, qualname: str) -> frozenset[str]:
         """The dtypes a module-level name of the tree may hold (empty: none known)."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
 from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.frameworks import framework_family
+from ampkit.lint.patterns import clamps_in_hook
 from ampkit.lint.rules.base import Rule, register
 from ampkit.lint.rules.common import current_backward, last_before, scaling_decided_by_branch
 
@@ -86,6 +88,11 @@ class ClipScaledGradients(Rule):
     followed by the scaler's ``unscale_`` (``unscale_(optimizer)``, or a custom scaler's
     ``unscale_parameter_``) with none before it is the two lines in the wrong order, and is
     reported.
+
+    A gradient hook that clamps (``p.register_hook(lambda g: g.clamp(-c, c))``) runs inside
+    the backward, on gradients still multiplied by the scale, before any ``unscale_``: in a
+    file whose loss is scaled it is reported, and so is the call of a function of the tree
+    that registers such hooks (``enable_gradient_clipping(model, c)``).
     """
 
     code = "AMP001"
@@ -127,6 +134,32 @@ class ClipScaledGradients(Rule):
                     continue
                 if self._class_shaped(analysis, unit, clip):
                     yield self.finding(analysis, clip.node, message)
+        yield from self._clamping_hooks(analysis)
+
+    def _clamping_hooks(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        """Gradient hooks that clamp, registered in a file that scales its loss: the hook,
+        or the call of a function of the tree that registers them."""
+        if not any(b.scaled for unit in analysis.units for b in unit.of("backward")):
+            return
+        tail = (
+            "during the scaled backward, while they are still multiplied by the loss scale "
+            "(no unscale_ can come first); clip after scaler.unscale_(optimizer) instead"
+        )
+        project = analysis.project
+        for node in analysis.nodes:
+            if not isinstance(node, ast.Call):
+                continue
+            if clamps_in_hook(node):
+                yield self.finding(analysis, node, f"this gradient hook clamps gradients {tail}")
+                continue
+            qual = analysis.facts.imports.qualname(node.func) if project is not None else None
+            if qual is not None and project is not None and project.hook_clipper(qual):
+                yield self.finding(
+                    analysis,
+                    node,
+                    f"{qual.rsplit('.', 1)[-1]}() registers gradient hooks that clamp "
+                    f"gradients {tail}",
+                )
 
     @staticmethod
     def _class_shaped(analysis: FileAnalysis, unit: Unit, clip: Event) -> bool:
