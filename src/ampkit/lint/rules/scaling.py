@@ -91,7 +91,7 @@ class ClipScaledGradients(Rule):
 
     A gradient hook that clamps (``p.register_hook(lambda g: g.clamp(-c, c))``) runs inside
     the backward, on gradients still multiplied by the scale, before any ``unscale_``: in a
-    file whose loss is scaled it is reported, and so is the call of a function of the tree
+    file whose loss is scaled, or that builds a GradScaler, it is reported, and so is the call of a function of the tree
     that registers such hooks (``enable_gradient_clipping(model, c)``).
     """
 
@@ -137,9 +137,14 @@ class ClipScaledGradients(Rule):
         yield from self._clamping_hooks(analysis)
 
     def _clamping_hooks(self, analysis: FileAnalysis) -> Iterator[Finding]:
-        """Gradient hooks that clamp, registered in a file that scales its loss: the hook,
-        or the call of a function of the tree that registers them."""
-        if not any(b.scaled for unit in analysis.units for b in unit.of("backward")):
+        """Gradient hooks that clamp, registered in a file that scales its loss or builds a
+        GradScaler: the hook, or the call of a function of the tree that registers them."""
+        facts = analysis.facts
+        builds = any(
+            ctor is not None and key not in facts.not_scalers
+            for key, ctor in facts.scaler_keys.items()
+        )
+        if not builds and not any(b.scaled for unit in analysis.units for b in unit.of("backward")):
             return
         tail = (
             "during the scaled backward, while they are still multiplied by the loss scale "
