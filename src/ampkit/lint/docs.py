@@ -173,9 +173,13 @@ the repositories' history (`git log -G` / `-S` on `unscale_(`, `scaler.update()`
 `GradScaler(` and a backward next to `autocast`, then reading each diff); none of these
 repositories is in the `lint_real` sets.
 
-* Each file is linted alone (as `ampkit lint FILE`; the tree at each commit is not
-  assembled, so no project index). A fix is judged in its scope: the innermost function
-  holding the bug line before the fix, the function of the same qualified name after it.
+* Each file is linted in its tree, as `ampkit lint .` in the repository lints it: the
+  repository's Python files at the commit's parent (before) and at the commit (after) are
+  read from git into a temporary folder and the file is linted with that tree's project
+  index, so what it imports from the tree is followed. (`--alone` lints each file by
+  itself, as `ampkit lint FILE`; that was the measurement of the first three rounds.) A
+  fix is judged in its scope: the innermost function holding the bug line before the fix,
+  the function of the same qualified name after it.
 * true positive: the rule is reported in the scope before the fix; false negative: it is
   not; false positive: any other behavioural finding in the scope before, and any
   behavioural finding in the scope after (the fixed finding still reported after is one).

@@ -242,14 +242,17 @@ class PureBf16WithoutMaster(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         tree = analysis.tree
+        nodes = analysis.nodes
+        if not any(isinstance(n, ast.Call) and _optimizer(n) is not None for n in nodes):
+            return  # no plain optimizer over a model's parameters: nothing to judge
         names = {
-            n.id if isinstance(n, ast.Name) else n.attr if isinstance(n, ast.Attribute) else ""
-            for n in ast.walk(tree)
+            n.id if isinstance(n, ast.Name) else n.attr
+            for n in nodes
             if isinstance(n, (ast.Name, ast.Attribute))
         }
         modules = {
             alias.name.split(".")[0]
-            for n in ast.walk(tree)
+            for n in nodes
             if isinstance(n, (ast.Import, ast.ImportFrom))
             for alias in (n.names if isinstance(n, ast.Import) else [ast.alias(n.module or "")])
         }
@@ -265,7 +268,7 @@ class PureBf16WithoutMaster(Rule):
                     state[target] = cast
                     continue
                 yield from self._judge(analysis, call, state, reported)
-        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for cls in (n for n in nodes if isinstance(n, ast.ClassDef)):
             yield from self._across_methods(analysis, cls, reported)
 
     def _across_methods(
