@@ -21,6 +21,8 @@ the function of the same qualified name after it (the whole file when it is gone
   behavioural finding in the scope after it (the fixed finding still reported counts here,
   and is listed apart); behavioural means every code except AMP000 and AMP006, and ``info``
   findings other than the expected rule are listed, not scored, as in ``lint_real.py``;
+* a finding that is the expected one of another fix of the same commit and file (two bugs
+  fixed in one scope) is that fix's, counted neither way here;
 * a finding the data file lists under ``also_before`` / ``also_after`` (``[line, rule]``) is
   another real AMP bug judged by reading that scope (the commit did not fix it): it is
   counted neither way, and listed.
@@ -129,7 +131,7 @@ def clone(root: Path, fixes: list[Fix], source: str) -> None:
 
 def _git_dir(root: Path, fix: Fix) -> Path:
     base = root / fix.folder
-    for candidate in (base / ".git", base / "repo", base):
+    for candidate in (base / ".git", base / "repo", base / "repo" / ".git", base):
         if (candidate / "HEAD").exists() or (candidate / "HEAD").is_symlink():
             return candidate
     raise SystemExit(f"no snapshot of {fix.repo} under {root}; run the clone command first")
@@ -212,7 +214,11 @@ def _scopes(text: str) -> list[tuple[str, int, int]]:
             else:
                 visit(child, prefix)
 
-    visit(ast.parse(text), "")
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return found  # (the linter reports AMP000 for it: the fix is scored on the module)
+    visit(tree, "")
     return found
 
 
@@ -298,6 +304,14 @@ def score(root: Path, fixes: list[Fix], alone: bool = False) -> Score:
         before_findings = list(_findings(git_dir, f"{fix.commit}^", fix.path, alone))
         after_findings = list(_findings(git_dir, fix.commit, fix.path, alone))
         span = _scope_at(before, fix.line)
+        # a sibling fix of the same commit and file (another bug the commit fixed in the same
+        # scope) is that fix's true positive, not a false finding of this one
+        siblings = {
+            (f.line, f.rule)
+            for f in fixes
+            if f.commit == fix.commit and f.path == fix.path and f is not fix
+        }
+        before_findings = [f for f in before_findings if (f.line, f.code) not in siblings]
         found = _scored(_in(before_findings, span), fix.rule)
         for f in found:
             if (f.line, f.code) in fix.also_before:

@@ -294,8 +294,15 @@ class FlowBuilder:
         facts = self.facts
         func = call.func
         qual = facts.imports.qualname(func)
-        if qual in CLIP_APIS:
-            self._emit("clip", call, ctx, extra={"get_scale": uses_get_scale(call)})
+        if qual in CLIP_APIS or (
+            isinstance(func, ast.Attribute)
+            and func.attr in ("clip_grad_norm_", "clip_grad_value_")
+            and dotted_key(func.value) in facts.imports.aliases
+        ):
+            # (also a project's own ``utils.clip_grad_value_(params, limit)``; with a limit
+            # of ``None`` it only measures the norm)
+            if not _no_limit(call):
+                self._emit("clip", call, ctx, extra={"get_scale": uses_get_scale(call)})
             return
         if qual == "torch.save":
             self._emit("save", call, ctx)
@@ -518,6 +525,16 @@ class FlowBuilder:
         child.local = {}
         child._site = None if facts is self.home else (self._site or site)
         return child
+
+
+def _no_limit(call: ast.Call) -> bool:
+    """Whether a clip call's limit (its second argument, ``max_norm=`` or ``clip_value=``)
+    is a literal ``None``: nothing is clipped."""
+    limit = call.args[1] if len(call.args) > 1 else None
+    for kw in call.keywords:
+        if kw.arg in ("max_norm", "clip_value"):
+            limit = kw.value
+    return isinstance(limit, ast.Constant) and limit.value is None
 
 
 def _remainder(value: ast.expr) -> str | None:
