@@ -82,6 +82,7 @@ class FlowBuilder:
             self._stack.append(owner)
             if self._grad_off(owner):
                 ctx = replace(ctx, grad_free=True)
+            ctx = self._decorated_autocast(owner, ctx)
         self._block(body, ctx)
         return self.events
 
@@ -89,6 +90,16 @@ class FlowBuilder:
         """Whether ``fn`` is decorated ``@torch.no_grad()`` / ``@torch.inference_mode()``."""
         decorators = getattr(fn, "decorator_list", ())
         return any(self.facts.resolver.grad_mode(d) is False for d in decorators)
+
+    def _decorated_autocast(self, fn: ast.AST, ctx: Context) -> Context:
+        """The context of the body of ``fn`` decorated ``@torch.autocast("cuda")`` (or an
+        older spelling): the whole body is the autocast region, its backward included."""
+        for decorator in getattr(fn, "decorator_list", ()):
+            info = self._autocast_of(decorator)
+            if info is not None and not info.disabled:
+                self._emit("autocast", decorator, ctx, extra={"info": info, "body": fn})
+                return replace(ctx, autocast=info)
+        return ctx
 
     def _test(self, test: ast.expr) -> TestInfo:
         info = self._tests.get(id(test))
@@ -511,6 +522,7 @@ class FlowBuilder:
         builder = self if facts is self.facts else self._elsewhere(facts, site)
         if builder._grad_off(fn):
             inner = replace(inner, grad_free=True)
+        inner = builder._decorated_autocast(fn, inner)
         try:
             builder._block(fn.body, inner)
         finally:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
 from ampkit.lint.events import Event, exclusive
+from ampkit.lint.facts import FileFacts
 from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.names import dotted_key
 from ampkit.lint.project import loss_reductions
@@ -224,7 +225,9 @@ def _count_normalised(analysis: FileAnalysis, loss: str) -> bool:
 _NOT_DIVIDING = frozenset({"fabric", "lightning"})
 
 
-def _per_call_step(unit: Unit, steps: list[Event], b: Event) -> Event | None:
+def _per_call_step(
+    analysis: FileAnalysis, unit: Unit, steps: list[Event], b: Event
+) -> Event | None:
     """A method that runs once per batch (no loop of its own): the step after ``b`` taken
     every N calls, counted by an attribute of the object that the method itself advances
     (``self.count += 1``, ``self.count = (self.count + 1) % n``) or by a parameter
@@ -238,13 +241,22 @@ def _per_call_step(unit: Unit, steps: list[Event], b: Event) -> Event | None:
     # what advances from call to call: an attribute the method advances, or a parameter
     # its caller does (``training_step(self, batch, batch_idx)``)
     advanced = _advanced_attributes(fn) | {a.arg for a in fn.args.args[1:]}
-    return after[0] if _counted_by(unit, fn, after[0], advanced) else None
+    return after[0] if _counted_by(analysis.facts, unit, fn, after[0], advanced) else None
 
 
-def _counted_by(unit: Unit, fn: ast.AST, step: Event, advanced: set[str]) -> bool:
+def _counted_by(facts: FileFacts, unit: Unit, fn: ast.AST, step: Event, advanced: set[str]) -> bool:
     """Whether ``step``'s every-N guard, or an early return of ``fn``, reads one of the
     names that advance from call to call."""
     names = {n for key, _ in step.ctx.arms for n in unit.test_names.get(key, ())}
+    # a flag tested by the guard reads what its bindings read (``should_update = (batch_idx
+    # + 1) % n == 0`` then ``if should_update:``)
+    names |= {
+        dotted_key(n) or ""
+        for name in list(names)
+        for value in facts.assignments.get(name, ())
+        for n in ast.walk(value)
+        if isinstance(n, (ast.Name, ast.Attribute))
+    }
     return bool(names & advanced) or _guard_reads(fn, advanced)
 
 
@@ -300,7 +312,11 @@ def _sibling_step(analysis: FileAnalysis, unit: Unit) -> Event | None:
             continue
         advanced = _advanced_attributes(fn)
         for s in other.of("scaler_step", "opt_step"):
-            if not s.loops and s.ctx.accum is not None and _counted_by(other, fn, s, advanced):
+            if (
+                not s.loops
+                and s.ctx.accum is not None
+                and _counted_by(analysis.facts, other, fn, s, advanced)
+            ):
                 return s
     return None
 
@@ -414,7 +430,7 @@ class UndividedAccumulatedLoss(Rule):
                     if step is None and _micro_batch_loop(analysis, unit, steps, b):
                         divisor = _MICRO_BATCHES
                 else:
-                    step = _per_call_step(unit, steps, b)
+                    step = _per_call_step(analysis, unit, steps, b)
                     if step is None and not steps and unit.cls is not None:
                         step = _sibling_step(analysis, unit)
                 if divisor is None:

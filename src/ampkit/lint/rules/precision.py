@@ -165,7 +165,9 @@ class FloatSixteenWithoutScaler(Rule):
                     if benchmark:
                         continue  # a timed module-level loop whose weights are thrown away
                 body = a.extra.get("body")
-                if isinstance(body, (ast.With, ast.AsyncWith)) and facts.frozen_only(body.body):
+                if isinstance(
+                    body, (ast.With, ast.AsyncWith, ast.FunctionDef, ast.AsyncFunctionDef)
+                ) and facts.frozen_only(body.body):
                     continue  # only a frozen (``requires_grad_(False)``) module runs in fp16
                 for b in unit.related(a, "backward"):
                     if b.order <= a.order or exclusive(a, b):
