@@ -375,6 +375,8 @@ class UndividedAccumulatedLoss(Rule):
     ``info["frames"] = lens.sum().item()``, ``tot["loss"] / tot["frames"]``).
 
     A trainer method called once per batch accumulates too when it steps every ``n`` calls
+    by a parameter its caller advances (``if (batch_idx + 1) % n == 0:``, also through a
+    flag: ``should_update = (batch_idx + 1) % n == 0`` then ``if should_update:``), or
     by an attribute it advances (``self.count += 1`` then ``if self.count % n == 0:``, or
     ``self.count = (self.count + 1) % n`` then ``if self.count != 0: return``, also nested
     under ``if n > 1:``), and so does a class whose ``backward(self, loss)`` method has no

@@ -506,7 +506,9 @@ class BackwardInsideAutocast(Rule):
     activation-checkpointed block, a custom autograd function, the backward of a
     ``torch.compile`` region, which has followed the forward's autocast by default), so the
     gradients can be computed in another precision than the plain loop's, silently; a file
-    whose only finding is this one makes ``ampkit lint`` exit with 1, so CI sees it.
+    whose only finding is this one makes ``ampkit lint`` exit with 1, so CI sees it. A
+    function decorated with ``@torch.autocast(...)`` is an autocast block too: a backward in
+    its body runs under it (put the decorator on the forward-only loss function instead).
 
     Bad::
 
