@@ -401,8 +401,10 @@ The earlier sets with this version (`benchmarks/lint_real.py score`, one process
   23 of 23.
 
 None is lower than before. Cost with this version, on the third set (cb5eb0d and this
-version alternated twice, with the index, loaded machine): 14.74 and 14.96 ms per file
-before, 17.57 and 12.44 ms now (**1.01x**); before AMP017 returned at once for files with
+version alternated twice, with the index, on a heavily loaded machine: one version moved
+74% between its runs): 60.11 and 104.61 ms per file before, 86.96 and 76.52 ms now
+(**0.99x**); the round before, less loaded: 14.74 and 14.96 ms before, 17.57 and 12.44 ms
+(1.01x); before AMP017 returned at once for files with
 no plain optimizer, the same alternation gave 1.57x. The previous round's cost, on the third set (1,409 files; the version before issue
 36's second part (cb5eb0d) and this one alternated, twice each, on the 2-core AMD EPYC with
 `avx512_bf16`, not fully quiet: the figures moved 10-40% between runs of one version):
