@@ -20,6 +20,7 @@ __all__ = [
     "TestInfo",
     "compatible",
     "describe_test",
+    "names_read",
     "exclusive",
     "modulo_divisor",
 ]
@@ -154,7 +155,8 @@ def _normalise(test: ast.expr) -> tuple[str, int]:
     return ast.dump(test), flip
 
 
-def _names(test: ast.expr) -> frozenset[str]:
+def names_read(test: ast.expr) -> frozenset[str]:
+    """The names and attribute chains an expression reads (``a``, ``self.hparams.n``)."""
     found: set[str] = set()
     for node in ast.walk(test):
         if isinstance(node, ast.Name):
@@ -175,5 +177,5 @@ def describe_test(test: ast.expr) -> TestInfo:
     key, flip = _normalise(test)
     words = " ".join(_word(n) for n in ast.walk(test))
     return TestInfo(
-        key, flip, modulo_divisor(test), bool(_AMP_WORDS.search(" " + words)), _names(test)
+        key, flip, modulo_divisor(test), bool(_AMP_WORDS.search(" " + words)), names_read(test)
     )

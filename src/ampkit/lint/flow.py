@@ -80,21 +80,18 @@ class FlowBuilder:
         ctx = Context()
         if owner is not None:
             self._stack.append(owner)
-            if self._grad_off(owner):
-                ctx = replace(ctx, grad_free=True)
-            ctx = self._decorated_autocast(owner, ctx)
+            ctx = self._entered(owner, ctx)
         self._block(body, ctx)
         return self.events
 
-    def _grad_off(self, fn: ast.AST) -> bool:
-        """Whether ``fn`` is decorated ``@torch.no_grad()`` / ``@torch.inference_mode()``."""
+    def _entered(self, fn: ast.AST, ctx: Context) -> Context:
+        """The context of the body of ``fn`` as its decorators make it: gradients off under
+        ``@torch.no_grad()`` / ``@torch.inference_mode()``, and the whole body (its backward
+        included) an autocast region under ``@torch.autocast("cuda")`` or an older spelling."""
         decorators = getattr(fn, "decorator_list", ())
-        return any(self.facts.resolver.grad_mode(d) is False for d in decorators)
-
-    def _decorated_autocast(self, fn: ast.AST, ctx: Context) -> Context:
-        """The context of the body of ``fn`` decorated ``@torch.autocast("cuda")`` (or an
-        older spelling): the whole body is the autocast region, its backward included."""
-        for decorator in getattr(fn, "decorator_list", ()):
+        if any(self.facts.resolver.grad_mode(d) is False for d in decorators):
+            ctx = replace(ctx, grad_free=True)
+        for decorator in decorators:
             info = self._autocast_of(decorator)
             if info is not None and not info.disabled:
                 self._emit("autocast", decorator, ctx, extra={"info": info, "body": fn})
@@ -520,9 +517,7 @@ class FlowBuilder:
         self._stack.append(fn)
         inner = replace(ctx, inlined=True, base=len(ctx.loops))
         builder = self if facts is self.facts else self._elsewhere(facts, site)
-        if builder._grad_off(fn):
-            inner = replace(inner, grad_free=True)
-        inner = builder._decorated_autocast(fn, inner)
+        inner = builder._entered(fn, inner)
         try:
             builder._block(fn.body, inner)
         finally:

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
-from ampkit.lint.events import Event, exclusive
+from ampkit.lint.events import Event, exclusive, names_read
 from ampkit.lint.facts import FileFacts
 from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.names import dotted_key
@@ -250,13 +250,7 @@ def _counted_by(facts: FileFacts, unit: Unit, fn: ast.AST, step: Event, advanced
     names = {n for key, _ in step.ctx.arms for n in unit.test_names.get(key, ())}
     # a flag tested by the guard reads what its bindings read (``should_update = (batch_idx
     # + 1) % n == 0`` then ``if should_update:``)
-    names |= {
-        dotted_key(n) or ""
-        for name in list(names)
-        for value in facts.assignments.get(name, ())
-        for n in ast.walk(value)
-        if isinstance(n, (ast.Name, ast.Attribute))
-    }
+    names |= {n for name in names for v in facts.assignments.get(name, ()) for n in names_read(v)}
     return bool(names & advanced) or _guard_reads(fn, advanced)
 
 
