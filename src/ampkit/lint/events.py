@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ampkit.lint.names import AutocastInfo
+from ampkit.lint.names import AutocastInfo, dotted_key
 
 __all__ = [
     "Context",
@@ -23,6 +24,7 @@ __all__ = [
     "names_read",
     "exclusive",
     "modulo_divisor",
+    "reset_counter",
 ]
 
 _AMP_WORDS = re.compile(
@@ -114,6 +116,48 @@ def modulo_divisor(test: ast.expr) -> str | None:
                 continue
             return ast.unparse(node.right)
     return None
+
+
+def reset_counter(stmt: ast.If) -> tuple[str, str] | None:
+    """``(counter, n)`` of a guard that steps when a counter reaches ``n`` and restarts it:
+    ``if count >= n: ...; count = 0`` (alone, or in an ``and``/``or`` with other tests such as
+    the epoch's last batch)."""
+    test = stmt.test
+    operands = test.values if isinstance(test, ast.BoolOp) else [test]
+    resets = {
+        dotted_key(target)
+        for node in _own_nodes(stmt.body)
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and node.value.value == 0
+        and not isinstance(node.value.value, bool)
+        for target in node.targets
+    }
+    for operand in operands:
+        if not (
+            isinstance(operand, ast.Compare)
+            and len(operand.ops) == 1
+            and isinstance(operand.ops[0], (ast.GtE, ast.Eq))
+        ):
+            continue
+        counter, limit = dotted_key(operand.left), operand.comparators[0]
+        if counter is None or counter not in resets:
+            continue
+        if isinstance(limit, ast.Constant) and limit.value in (0, 1):
+            continue
+        return counter, ast.unparse(limit)
+    return None
+
+
+def _own_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
+    """The nodes of ``body``, nested functions and classes left out."""
+    stack: list[ast.AST] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
 
 
 @dataclass(frozen=True)

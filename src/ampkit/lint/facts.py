@@ -20,6 +20,7 @@ from ampkit.lint.frameworks import (
     precision_evidence,
 )
 from ampkit.lint.names import (
+    CLIP_CALL_NAMES,
     SCALER_APIS,
     AutocastInfo,
     Imports,
@@ -33,7 +34,7 @@ from ampkit.lint.walk import FunctionNode, Walk
 
 __all__ = ["CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
 
-CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_"})
+CLIP_NAMES = CLIP_CALL_NAMES
 
 #: Method names whose calls make a function worth following from its callers
 #: (``step``/``update`` only count on scaler- or optimizer-like objects).
@@ -130,7 +131,12 @@ class FileFacts:
             wrapper = wrapper_of(fn, self.resolver)
             if wrapper is not None:
                 self.resolver.wrappers[name] = wrapper
+        self._zeroed: set[str] = set()
+        self._stepped: set[str] = set()
         self._collect_bindings()
+        # an object whose ``step()`` and ``zero_grad()`` are both called is an optimizer,
+        # whatever its name (an optimizer wrapped with its LR schedule: ``scheduler.step()``)
+        self.optimizer_keys |= self._zeroed & self._stepped
         self._collect_frozen_loops()
         self.not_scalers = self._collect_not_scalers()
         self.scaled_params = self._collect_scaled_params()
@@ -279,6 +285,8 @@ class FileFacts:
         if not isinstance(func, ast.Attribute):
             return
         obj = dotted_key(func.value)
+        if obj not in (None, "self") and not call.args and func.attr in ("step", "zero_grad"):
+            (self._stepped if func.attr == "step" else self._zeroed).add(obj)
         if func.attr in ("step", "unscale_") and is_scaler_name(obj) and call.args:
             arg = dotted_key(call.args[0])
             if arg is not None:

@@ -23,9 +23,9 @@ import ast
 import copy
 from dataclasses import replace
 
-from ampkit.lint.events import Context, Event, TestInfo, describe_test
+from ampkit.lint.events import Context, Event, TestInfo, describe_test, reset_counter
 from ampkit.lint.facts import FileFacts, FunctionNode
-from ampkit.lint.names import CLIP_APIS, AutocastInfo, dotted_key
+from ampkit.lint.names import CLIP_APIS, CLIP_CALL_NAMES, AutocastInfo, dotted_key
 from ampkit.lint.patterns import (
     RESCALE_OPS,
     bound_keys,
@@ -201,11 +201,13 @@ class FlowBuilder:
             self._exprs(stmt, ctx)
             info = self._test(stmt.test)
             amp = ctx.amp_conditional or info.amp
+            counted = reset_counter(stmt)
+            divisor = info.divisor or (counted[1] if counted else None)
             for arm, body in ((0, stmt.body), (1, stmt.orelse)):
                 sub = replace(
                     ctx,
                     arms=(*ctx.arms, (info.key, arm ^ info.flip)),
-                    accum=info.divisor or ctx.accum,
+                    accum=divisor or ctx.accum,
                     amp_conditional=amp,
                 )
                 self._block(body, sub)
@@ -303,12 +305,13 @@ class FlowBuilder:
         func = call.func
         qual = facts.imports.qualname(func)
         if qual in CLIP_APIS or (
-            isinstance(func, ast.Attribute)
-            and func.attr in ("clip_grad_norm_", "clip_grad_value_")
-            and dotted_key(func.value) in facts.imports.aliases
+            qual is not None
+            and not qual.startswith("torch.")
+            and qual.rpartition(".")[2] in CLIP_CALL_NAMES
         ):
-            # (also a project's own ``utils.clip_grad_value_(params, limit)``; with a limit
-            # of ``None`` it only measures the norm)
+            # (also a project's own ``utils.clip_grad_value_(params, limit)`` or imported
+            # ``clip_grad_norm(params, names, limit)``; with a limit of ``None`` it only
+            # measures the norm)
             if not _no_limit(call):
                 self._emit("clip", call, ctx, extra={"get_scale": uses_get_scale(call)})
             return
@@ -426,8 +429,10 @@ class FlowBuilder:
                 loss=scaled_operand(loss) if scaled else loss,
             )
             return
-        if call.args:
-            # ``accelerator.backward(loss)``, ``fabric.backward(loss)``, ``engine.backward(loss)``
+        given = next((kw.value for kw in call.keywords if kw.arg == "loss"), None)
+        if call.args or given is not None:
+            # ``accelerator.backward(loss)``, ``fabric.backward(loss)``, ``engine.backward(loss)``,
+            # ``booster.backward(loss=loss, optimizer=optimizer)``
             framework = self.facts.framework_of(obj)
             self._emit(
                 "backward",
@@ -435,7 +440,7 @@ class FlowBuilder:
                 ctx,
                 obj=obj,
                 framework=True,
-                loss=call.args[0],
+                loss=call.args[0] if call.args else given,
                 extra={"framework": framework} if framework is not None else {},
             )
             return

@@ -64,7 +64,16 @@ CLIP_APIS = frozenset(
         "torch.nn.utils.clip_grad_value_",
         "torch.nn.utils.clip_grad.clip_grad_norm_",
         "torch.nn.utils.clip_grad.clip_grad_value_",
+        # the old spelling, deprecated but still clipping in place
+        "torch.nn.utils.clip_grad_norm",
+        "torch.nn.utils.clip_grad.clip_grad_norm",
     }
+)
+
+#: The last name of a clip, torch's or a project's own helper named after it
+#: (``from utils.util import clip_grad_norm``).
+CLIP_CALL_NAMES = frozenset(
+    {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grad_value"}
 )
 
 DTYPES: dict[str, str] = {

@@ -36,6 +36,8 @@ from ampkit.lint.names import (
     Resolver,
     Wrapper,
     call_argument,
+    dotted_key,
+    is_scaler_name,
 )
 from ampkit.lint.patterns import clamps_in_hook
 
@@ -78,6 +80,8 @@ class ModuleSummary:
     flags: bool = False
     #: whether the file builds a GradScaler
     scaler: bool = False
+    #: whether the file calls a scaler's ``update()`` (``scaler.update()``)
+    scaler_update: bool = False
     #: keyword -> the torch dtypes calls pass it (``fit(..., amp_dtype=torch.bfloat16)``)
     dtype_keywords: dict[str, set[str]] = field(default_factory=dict)
     #: the reductions of the file's torch loss calls (``"mean"`` when none is passed, the
@@ -285,6 +289,13 @@ def summarise(text: str) -> ModuleSummary | None:
             and table.qualname(func) in SCALER_APIS
         ):
             summary.scaler = True
+        if (
+            not summary.scaler_update
+            and isinstance(func, ast.Attribute)
+            and func.attr == "update"
+            and is_scaler_name(dotted_key(func.value))
+        ):
+            summary.scaler_update = True
     if "add_argument" in text or "Literal" in text:
         summary.options = option_summary(calls, fields)
     summary.reductions = loss_reductions(tree)
@@ -474,6 +485,8 @@ class ProjectIndex:
         self.dtype_keywords: dict[str, set[str]] = defaultdict(set)
         #: whether some file of the tree builds a GradScaler
         self.any_scaler = False
+        #: whether some file of the tree calls a scaler's ``update()``
+        self.any_scaler_update = False
         #: per-process store of what the analysis derived from other files of the tree (the
         #: parsed base-class files of :mod:`ampkit.lint.inherit`); empty when sent to a worker
         self.cache: dict[str, object] = {}
@@ -488,6 +501,7 @@ class ProjectIndex:
             for dest, option in summary.options.items():
                 self.options.setdefault(dest, option)
             self.any_scaler = self.any_scaler or summary.scaler
+            self.any_scaler_update = self.any_scaler_update or summary.scaler_update
             for keyword, dtypes in summary.dtype_keywords.items():
                 self.dtype_keywords[keyword] |= dtypes
             for callee, count in summary.positional.items():
@@ -569,6 +583,11 @@ class ProjectView:
     def any_scaler(self) -> bool:
         """Whether some file of the tree builds a GradScaler."""
         return self.index.any_scaler
+
+    @property
+    def any_scaler_update(self) -> bool:
+        """Whether some file of the tree calls a scaler's ``update()``."""
+        return self.index.any_scaler_update
 
     def loss_reductions(self, own: set[str], depth: int = 2) -> set[str]:
         """The reductions of the torch loss calls in this file (``own``) and in the tree's

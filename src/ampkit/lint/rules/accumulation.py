@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
-from ampkit.lint.events import Event, exclusive, names_read
+from ampkit.lint.events import Event, exclusive, names_read, reset_counter
 from ampkit.lint.facts import FileFacts
 from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.names import dotted_key
@@ -51,6 +51,16 @@ class _Provenance:
         self.analysis = analysis
         self.facts = analysis.facts
         self.tainted = self._reach(divisor)
+        #: the counters a guard compares with ``divisor`` and restarts (``if count >= n:
+        #: ...; count = 0``): a loss divided by one is divided by 1, 2, ..., n in turn
+        self.counters = {
+            counted[0]
+            for node in analysis.nodes
+            if isinstance(node, ast.If)
+            and (counted := reset_counter(node)) is not None
+            and counted[1] == divisor
+        }
+        self.by_counter: str | None = None
 
     def _reach(self, divisor: str) -> set[str]:
         """Names that hold the accumulation count or a value computed from it, including the
@@ -123,6 +133,10 @@ class _Provenance:
         return (value.lineno, value.col_offset) > (at.lineno, at.col_offset)  # type: ignore[attr-defined]
 
     def _divides(self, value: ast.expr) -> bool:
+        counter = self._by_counter(value)
+        if counter is not None:
+            self.by_counter = counter
+            return False
         if _has_division(value):
             return True
         if not isinstance(value, ast.Call):
@@ -134,6 +148,19 @@ class _Provenance:
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         callee = self.facts.functions.get(name) or _method(self.analysis, name)
         return callee is not None and _has_division(callee)
+
+    def _by_counter(self, value: ast.AST) -> str | None:
+        """The running counter ``value`` divides by (``loss / count``, ``loss /= count``)."""
+        if not self.counters:
+            return None
+        if isinstance(value, ast.AugAssign) and isinstance(value.op, ast.Div):
+            divisor: ast.expr | None = value.value
+        elif isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
+            divisor = value.right
+        else:
+            return None
+        key = dotted_key(divisor) if divisor is not None else None
+        return key if key in self.counters else None
 
 
 def _carries(node: ast.AST, keys: set[str]) -> bool:
@@ -376,6 +403,12 @@ class UndividedAccumulatedLoss(Rule):
     under ``if n > 1:``), and so does a class whose ``backward(self, loss)`` method has no
     step while another method of it steps that way.
 
+    A counter that restarts steps every ``n`` iterations too: ``count += 1`` ... ``if count
+    >= n: optimizer.step(); ...; count = 0`` (also ``or`` the epoch's last batch). A loss
+    divided by that counter is divided by 1, 2, ..., ``n`` in turn, not by ``n``, and is
+    reported. An object whose ``step()`` and ``zero_grad()`` are both called is an optimizer
+    whatever its name (an optimizer wrapped with its schedule, ``scheduler.step()``).
+
     A loop over micro-batches with the step after it accumulates over its passes: ``while
     True: batch = next(loader); loss.backward(); ...; break`` (also inlined from a method the
     stepping one calls), ``for micro in batch.chunk(n)``, ``for _ in range(accum_steps)``. A
@@ -440,12 +473,20 @@ class UndividedAccumulatedLoss(Rule):
                     continue
                 if divisor not in provenance:
                     provenance[divisor] = _Provenance(analysis, divisor)
+                provenance[divisor].by_counter = None
                 if provenance[divisor].normalised(b.loss, b.node):
                     continue
                 loss = dotted_key(b.loss) if b.loss is not None else None
                 if loss is not None and _count_normalised(analysis, loss):
                     continue
-                if divisor == _MICRO_BATCHES:
+                counter = provenance[divisor].by_counter
+                if counter is not None:
+                    message = (
+                        f"gradients are accumulated over {divisor} iterations but the loss is "
+                        f"divided by {counter}, the running count (1, 2, ..., {divisor} in "
+                        f"turn), not by {divisor}"
+                    )
+                elif divisor == _MICRO_BATCHES:
                     message = (
                         "the gradients of every micro-batch of this loop add up for the one "
                         "step after it, but the loss is not divided by the number of "

@@ -77,6 +77,10 @@ class ClipScaledGradients(Rule):
         scaler.step(optimizer)
         scaler.update()
 
+    A clip is torch's (its old name ``clip_grad_norm`` included) or a helper of the project
+    named after it (``from utils.util import clip_grad_norm``); an optimizer's own
+    ``clip_grad_norm`` method is not (a wrapper that unscales what it holds).
+
     A framework's backward scales the loss under float16 too: ``torch.nn.utils.
     clip_grad_norm_`` right after ``accelerator.backward(loss)`` (or ``fabric.backward``,
     Lightning's ``self.manual_backward``) clips scaled gradients when the framework is

@@ -84,7 +84,10 @@ class ScalerStepWithoutUpdate(Rule):
                     )
                     continue
                 if not s.loops:
-                    if has_updates or anywhere:
+                    # a helper that steps for its caller (``step_and_update_lr(scaler)``):
+                    # the update may be the caller's, in this file or another of the tree
+                    project = analysis.project
+                    if has_updates or anywhere or (project and project.any_scaler_update):
                         continue
                 elif any(_covers(u, s, training) for u in unit.related(s, "scaler_update")):
                     continue
