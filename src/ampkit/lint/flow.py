@@ -444,6 +444,14 @@ class FlowBuilder:
                 extra={"framework": framework} if framework is not None else {},
             )
             return
+        while (
+            isinstance(recv, ast.Call)
+            and isinstance(recv.func, ast.Attribute)
+            and recv.func.attr in _KEEPS_SCALE
+        ):
+            # ``loss.mean().backward()`` after ``loss = scaler.scale(loss)``: still scaled
+            recv = recv.func.value
+            obj = dotted_key(recv)
         feeding = []
         if self._scale_by_call:
             feeding = [
@@ -537,6 +545,10 @@ class FlowBuilder:
         child.local = {}
         child._site = None if facts is self.home else (self._site or site)
         return child
+
+
+#: tensor methods whose result keeps the loss scale of the tensor they are called on
+_KEEPS_SCALE = frozenset({"mean", "sum", "float", "squeeze", "contiguous"})
 
 
 def _no_limit(call: ast.Call) -> bool:

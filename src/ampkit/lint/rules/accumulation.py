@@ -34,7 +34,10 @@ def _has_division(node: ast.AST) -> bool:
 
 def _carried(value: ast.expr) -> list[str]:
     """Variables whose value a binding passes on unchanged: ``loss = other`` and the loss
-    handed to a wrapper (``with amp.scale_loss(loss, opt) as scaled``, first argument)."""
+    handed to a wrapper (``with amp.scale_loss(loss, opt) as scaled``, first argument), also
+    negated (``loss = -objective``)."""
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, (ast.USub, ast.UAdd)):
+        return _carried(value.operand)
     if isinstance(value, (ast.Name, ast.Attribute)):
         key = dotted_key(value)
         return [key] if key is not None else []

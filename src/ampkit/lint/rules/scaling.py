@@ -197,7 +197,9 @@ class BackwardUnscaledLoss(Rule):
 
     Only a step that can consume these gradients counts: one in the same iteration, with no
     ``zero_grad()`` or other step in between (a warm-up loop that runs backward and then
-    zeroes the gradients is not paired with the training loop after it).
+    zeroes the gradients is not paired with the training loop after it). A scaled loss
+    reduced before its backward (``loss = scaler.scale(loss)`` then ``loss.mean().backward()``)
+    is still scaled.
 
     Bad::
 
