@@ -124,6 +124,20 @@ def reset_counter(stmt: ast.If) -> tuple[str, str] | None:
     the epoch's last batch)."""
     test = stmt.test
     operands = test.values if isinstance(test, ast.BoolOp) else [test]
+    candidates: list[tuple[str, ast.expr]] = []
+    for operand in operands:
+        if not (
+            isinstance(operand, ast.Compare)
+            and len(operand.ops) == 1
+            and isinstance(operand.ops[0], (ast.GtE, ast.Eq))
+        ):
+            continue
+        counter, limit = dotted_key(operand.left), operand.comparators[0]
+        if counter is None or (isinstance(limit, ast.Constant) and limit.value in (0, 1)):
+            continue
+        candidates.append((counter, limit))
+    if not candidates:
+        return None  # (most conditions: the body is not walked)
     resets = {
         dotted_key(target)
         for node in _own_nodes(stmt.body)
@@ -133,19 +147,9 @@ def reset_counter(stmt: ast.If) -> tuple[str, str] | None:
         and not isinstance(node.value.value, bool)
         for target in node.targets
     }
-    for operand in operands:
-        if not (
-            isinstance(operand, ast.Compare)
-            and len(operand.ops) == 1
-            and isinstance(operand.ops[0], (ast.GtE, ast.Eq))
-        ):
-            continue
-        counter, limit = dotted_key(operand.left), operand.comparators[0]
-        if counter is None or counter not in resets:
-            continue
-        if isinstance(limit, ast.Constant) and limit.value in (0, 1):
-            continue
-        return counter, ast.unparse(limit)
+    for counter, limit in candidates:
+        if counter in resets:
+            return counter, ast.unparse(limit)
     return None
 
 

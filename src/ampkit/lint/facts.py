@@ -32,9 +32,7 @@ from ampkit.lint.names import (
 from ampkit.lint.project import ProjectView, note_call, wrapper_of
 from ampkit.lint.walk import FunctionNode, Walk
 
-__all__ = ["CLIP_NAMES", "INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
-
-CLIP_NAMES = CLIP_CALL_NAMES
+__all__ = ["INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
 
 #: Method names whose calls make a function worth following from its callers
 #: (``step``/``update`` only count on scaler- or optimizer-like objects).
@@ -333,7 +331,7 @@ class FileFacts:
         """``(interesting, event, name)`` of one call: does it feed the rules?"""
         func = call.func
         name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        if name in INTERESTING_ATTRS or name in CLIP_NAMES:
+        if name in INTERESTING_ATTRS or name in CLIP_CALL_NAMES:
             return True, True, name
         if (
             name in self.inherited
