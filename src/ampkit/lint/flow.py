@@ -133,6 +133,14 @@ class FlowBuilder:
             if (
                 isinstance(operand, ast.Compare)
                 and len(operand.ops) == 1
+                and isinstance(operand.ops[0], (ast.Is, ast.Eq))
+                and isinstance(operand.comparators[0], ast.Constant)
+                and operand.comparators[0].value is True
+            ):
+                operand = operand.left  # ``if is_step is True:``
+            if (
+                isinstance(operand, ast.Compare)
+                and len(operand.ops) == 1
                 and isinstance(operand.ops[0], (ast.Eq, ast.NotEq))
                 and isinstance(operand.comparators[0], ast.Constant)
                 and operand.comparators[0].value == 0
@@ -571,7 +579,12 @@ def _remainder(value: ast.expr) -> str | None:
 
 def _modulo_comparison(value: ast.expr) -> str | None:
     """The ``n`` of ``(i + 1) % n == 0`` or ``i % n != 0`` (a comparison of a remainder and
-    nothing else: a flag for the stepping or for the accumulating iterations)."""
+    nothing else: a flag for the stepping or for the accumulating iterations), also beside
+    other tests in an ``or``/``and`` (``(i == last) or ((i + 1) % n == 0)``: the epoch's last
+    batch steps too)."""
+    if isinstance(value, ast.BoolOp):
+        found = {_modulo_comparison(v) for v in value.values} - {None}
+        return found.pop() if len(found) == 1 else None
     if (
         isinstance(value, ast.Compare)
         and len(value.ops) == 1

@@ -53,6 +53,8 @@ class Bindings:
         self.by_key: dict[str, list[Binding]] = {}
         #: statement id -> (scope, the conditions around it)
         self.places: dict[int, tuple[ast.AST | None, tuple[tuple[ast.expr, bool], ...]]] = {}
+        #: function id -> the function it is defined in (a closure reads that one's names)
+        self.enclosing: dict[int, ast.FunctionDef | ast.AsyncFunctionDef] = {}
 
     def add(self, binding: Binding) -> None:
         """Record ``binding`` (bindings are added in source order)."""
@@ -81,6 +83,8 @@ def read_statements(
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             if not module_only:
                 inner = stmt if not isinstance(stmt, ast.ClassDef) else scope
+                if inner is stmt and isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    source.enclosing[id(stmt)] = scope
                 read_statements(source, stmt.body, inner, () if inner is stmt else tests)
         elif isinstance(stmt, ast.If):
             for arm, polarity in ((stmt.body, True), (stmt.orelse, False)):

@@ -474,13 +474,20 @@ class Solver:
         scope = where.scope
         atom = node or parse_key(key)
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            params = {a.arg for a in (*scope.args.posonlyargs, *scope.args.args,
-                                      *scope.args.kwonlyargs)}  # fmt: skip
+            params = _parameters(scope)
             root = key.split(".", 1)[0]
             if root == "self" and "." in key:
                 return self._from_class(key, scope, atom)
             if root in params:
                 return self._atom(atom)
+            outer = source.enclosing.get(id(scope))
+            if outer is not None and (
+                any(b.scope is outer for b in source.by_key.get(key, ()))
+                or root in _parameters(outer)
+            ):
+                # a closure reads the enclosing function's binding (its last one: the inner
+                # function runs after the outer has bound what it hands it)
+                return self._lookup(key, Where(source, outer, END), node, depth)
             if any(b.scope is None for b in source.by_key.get(key, ())):
                 return self._lookup(key, Where(source, None, END), node, depth)
         if source.linted and self.project is not None:
@@ -540,6 +547,11 @@ class Solver:
 
 
 MISSING = object()
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    args = function.args
+    return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
 
 
 def arm_tests(node: ast.AST, target: ast.AST) -> list[tuple[ast.expr, bool]]:

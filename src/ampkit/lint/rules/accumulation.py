@@ -22,7 +22,8 @@ _DEPTH = 4
 def _has_division(node: ast.AST) -> bool:
     for sub in ast.walk(node):
         if isinstance(sub, (ast.BinOp, ast.AugAssign)) and isinstance(sub.op, (ast.Div, ast.Mult)):
-            return True
+            if not _weighting(sub):
+                return True
         if (
             isinstance(sub, ast.Call)
             and isinstance(sub.func, ast.Attribute)
@@ -30,6 +31,39 @@ def _has_division(node: ast.AST) -> bool:
         ):
             return True
     return False
+
+
+#: words of a factor that weighs one loss term against another (``lambda_param``,
+#: ``loss_weight``, ``alpha``, ``temperature ** 2``), not the loss against the accumulation
+_WEIGHT = re.compile(r"lambda|weight|coef|alpha|beta|temperature|ratio", re.I)
+
+
+def _weighting(node: ast.BinOp | ast.AugAssign) -> bool:
+    """A product that weighs terms of a loss: ``loss_dict[k] * weight_dict[k]`` (each term
+    by its entry of a table, the DETR-style weighted sum) or a factor named for a weight
+    (``(1 - args.lambda_param) * target_loss``)."""
+    if not isinstance(node, ast.BinOp) or not isinstance(node.op, ast.Mult):
+        return False
+    left, right = node.left, node.right
+    if (
+        isinstance(left, ast.Subscript)
+        and isinstance(right, ast.Subscript)
+        and ast.dump(left.slice) == ast.dump(right.slice)
+    ):
+        return True
+    return any(
+        not any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) for n in ast.walk(side))
+        and any(_WEIGHT.search(_word(n)) for n in ast.walk(side))
+        for side in (left, right)
+    )
+
+
+def _word(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
 
 
 def _carried(value: ast.expr) -> list[str]:
@@ -122,6 +156,8 @@ class _Provenance:
                 for value in self.facts.assignments.get(key, []):
                     if key == first and self._after(value, at):
                         continue
+                    if self._elsewhere(key, value, at):
+                        continue
                     if self._divides(value):
                         return True
                     following.extend(_carried(value))
@@ -134,6 +170,21 @@ class _Provenance:
         if at is None or self.facts.owner_of(value) is not self.facts.owner_of(at):
             return False
         return (value.lineno, value.col_offset) > (at.lineno, at.col_offset)  # type: ignore[attr-defined]
+
+    def _elsewhere(self, key: str, value: ast.expr, at: ast.AST | None) -> bool:
+        """Whether ``value`` binds a local name of another function than the backward's
+        (``loss = self._loss_and_backward(batch) / n`` in the caller of a helper whose own
+        ``loss`` it backwards): it cannot reach that backward. A parameter of the backward's
+        function, or a name it does not bind itself, is read from outside and still counts."""
+        if at is None or "." in key:
+            return False
+        home = self.facts.owner_of(at)
+        if home is None or self.facts.owner_of(value) is home:
+            return False
+        args = home.args
+        if key in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}:
+            return False
+        return any(self.facts.owner_of(v) is home for v in self.facts.assignments.get(key, []))
 
     def _divides(self, value: ast.expr) -> bool:
         counter = self._by_counter(value)
@@ -390,6 +441,12 @@ class UndividedAccumulatedLoss(Rule):
     when another optimizer is stepped every ``n`` iterations (the delayed actor update of
     TD3-style reinforcement learning).
 
+    A product that weighs the terms of a loss is no division: ``loss_dict[k] *
+    weight_dict[k]`` summed over a loss dict, or a factor named for a weight
+    (``(1 - args.lambda_param) * ce + args.lambda_param * kd``). A loss divided in the
+    caller of a helper that runs its backward (``loss = self._loss_and_backward(batch) /
+    n``) is divided after the backward has used it.
+
     A sum-reduced loss needs no division: ``n`` summed micro-batch losses have the gradients
     of one summed big batch. It is recognised when every torch loss the file (and, in a
     project, the tree's modules it imports, two imports deep) computes passes
@@ -400,7 +457,8 @@ class UndividedAccumulatedLoss(Rule):
 
     A trainer method called once per batch accumulates too when it steps every ``n`` calls
     by a parameter its caller advances (``if (batch_idx + 1) % n == 0:``, also through a
-    flag: ``should_update = (batch_idx + 1) % n == 0`` then ``if should_update:``), or
+    flag: ``should_update = (batch_idx + 1) % n == 0`` then ``if should_update:``, or
+    ``update = (i == last) or ((i + 1) % n == 0)`` then ``if update is True:``), or
     by an attribute it advances (``self.count += 1`` then ``if self.count % n == 0:``, or
     ``self.count = (self.count + 1) % n`` then ``if self.count != 0: return``, also nested
     under ``if n > 1:``), and so does a class whose ``backward(self, loss)`` method has no

@@ -297,7 +297,8 @@ class ScalerWithBfloat16(Rule):
 
     Each scaled backward is paired with the autocast regions before it in its iteration, and
     each name with the binding that reaches it (a scaler rebound for a later bfloat16 section,
-    ``if x: scaler = GradScaler() else: scaler = None``). When flags or a config decide the
+    ``if x: scaler = GradScaler() else: scaler = None``; in a nested function, the
+    enclosing function's autocast and scaler). When flags or a config decide the
     pairing (``GradScaler(enabled=use_amp)`` next to ``autocast(dtype=torch.bfloat16,
     enabled=use_amp)``; ``amp_dtype = torch.bfloat16 if cfg.amp_bf16 else torch.float16``;
     ``if dtype == "bfloat16": mixed_precision = True`` then ``GradScaler() if

@@ -348,7 +348,10 @@ class ZeroGradBeforeScalerStep(Rule):
     The gradients just computed are erased before the step uses them: the optimizer steps
     on zeros (or ``None``), so the model does not learn from that batch. The same holds for
     a framework's backward (``accelerator.backward(loss)``, which scales the loss under
-    fp16) followed by ``optimizer.zero_grad()`` and that optimizer's ``step()``.
+    fp16) followed by ``optimizer.zero_grad()`` and that optimizer's ``step()``, and for a
+    ``zero_grad()`` run on every iteration of a loop whose ``scaler.step`` runs every ``n``
+    (``if (i + 1) % n == 0:``): it erases the gradients accumulated since the last step, so
+    each step sees one micro-batch.
 
     Bad::
 
@@ -375,6 +378,16 @@ class ZeroGradBeforeScalerStep(Rule):
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
             for z in unit.of("zero_grad"):
+                every = self._every_iteration(analysis, unit, z)
+                if every is not None:
+                    yield self.finding(
+                        analysis,
+                        z.node,
+                        f"{z.obj}.zero_grad() runs every iteration but {every.obj}.step() only "
+                        f"every {every.ctx.accum}: it discards the gradients accumulated since "
+                        "the last step; zero them right after the step",
+                    )
+                    continue
                 b = current_backward(unit, z)
                 if b is None:
                     found = self._framework_step(unit, z)
@@ -400,6 +413,26 @@ class ZeroGradBeforeScalerStep(Rule):
                         f"before {s.obj}.step() uses them",
                     )
                     break
+
+    @staticmethod
+    def _every_iteration(analysis: FileAnalysis, unit: Unit, z: Event) -> Event | None:
+        """The accumulating ``scaler.step`` (run every ``n`` iterations of the loop) whose
+        gradients ``z``, run on every iteration of that loop beside a scaled backward,
+        erases before they are all in."""
+        if not z.loops or z.ctx.accum is not None:
+            return None
+        loop = z.loops[-1]
+        for s in unit.related(z, "scaler_step"):
+            if s.ctx.accum is None or not s.loops or s.loops[-1] != loop or exclusive(s, z):
+                continue
+            if analysis.facts.is_optimizer(z.obj) and s.arg != z.obj:
+                continue
+            if any(
+                b.scaled and b.loops and b.loops[-1] == loop and not exclusive(b, z)
+                for b in unit.related(z, "backward")
+            ):
+                return s
+        return None
 
     @staticmethod
     def _framework_step(unit: Unit, z: Event) -> Event | None:
