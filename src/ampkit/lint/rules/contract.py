@@ -20,7 +20,7 @@ _PLAIN = frozenset(
 #: Names whose presence in a file means the low-precision weights are looked after: an fp32
 #: master, Kahan summation or stochastic rounding.
 _CARED = frozenset(
-    {"CompensatedOptimizer", "Bf16True", "MixedPrecision", "AnyPrecisionAdamW",
+    {"CompensatedOptimizer", "Bf16True", "AnyPrecisionAdamW",
      "bf16_stochastic_round", "kahan_sum", "master_weights", "optimi"}
 )  # fmt: skip
 
@@ -73,7 +73,7 @@ class _Cast:
     how: str
 
 
-def _bound_dtypes(statements: list[ast.stmt]) -> dict[str, ast.expr]:
+def _bound_dtypes(statements: list[ast.stmt]) -> dict[str, ast.expr | _Chosen]:
     """Names a scope binds to a bf16 or fp32 literal (``dtype = torch.bfloat16``); a name bound
     to anything else as well is left out."""
     found: dict[str, list[ast.expr]] = {}
@@ -87,20 +87,37 @@ def _bound_dtypes(statements: list[ast.stmt]) -> dict[str, ast.expr]:
                 if isinstance(target, ast.Name):
                     found.setdefault(target.id, []).append(node.value)
         stack.extend(ast.iter_child_nodes(node))
-    return {
-        name: values[0]
-        for name, values in found.items()
-        if len(values) == 1 and (_is_bf16(values[0]) or _is_fp32(values[0]))
-    }
+    bound: dict[str, ast.expr | _Chosen] = {}
+    for name, values in found.items():
+        if len(values) == 1 and (_is_bf16(values[0]) or _is_fp32(values[0])):
+            bound[name] = values[0]
+        elif all(_is_bf16(v) or _is_fp32(v) for v in values) and any(map(_is_bf16, values)):
+            # ``if cfg["precision"] == "bfloat16": dtype = torch.bfloat16 else: ...``: the
+            # configuration that picks bf16 trains the model in it
+            bound[name] = _Chosen(name, next(v for v in values if _is_bf16(v)))
+    return bound
 
 
-def _casts(call: ast.Call, bound: dict[str, ast.expr] | None = None) -> _Cast | None:
+@dataclass(frozen=True)
+class _Chosen:
+    """A name some branch binds to torch.bfloat16 and the others to fp32."""
+
+    name: str
+    value: ast.expr
+
+
+def _casts(call: ast.Call, bound: dict[str, ast.expr | _Chosen] | None = None) -> _Cast | None:
     """What ``call`` does to the dtype of the model it returns or changes, if anything
     (``bound``: the scope's names of a dtype literal)."""
     bound = bound or {}
 
     def named(node: ast.expr) -> ast.expr:
-        return bound.get(node.id, node) if isinstance(node, ast.Name) else node
+        found = bound.get(node.id, node) if isinstance(node, ast.Name) else node
+        return found.value if isinstance(found, _Chosen) else found
+
+    def when(node: ast.expr) -> str:
+        found = bound.get(node.id) if isinstance(node, ast.Name) else None
+        return f", when {found.name} is torch.bfloat16" if isinstance(found, _Chosen) else ""
 
     func = call.func
     if not isinstance(func, ast.Attribute):
@@ -111,7 +128,8 @@ def _casts(call: ast.Call, bound: dict[str, ast.expr] | None = None) -> _Cast | 
                 if isinstance(k.value, ast.Constant) and k.value.value == "auto":
                     return _Cast(call.lineno, True, f'from_pretrained({k.arg}="auto")')
                 if _is_bf16(named(k.value)):
-                    return _Cast(call.lineno, True, f"from_pretrained({k.arg}=bfloat16)")
+                    how = f"from_pretrained({k.arg}=bfloat16{when(k.value)})"
+                    return _Cast(call.lineno, True, how)
                 return _Cast(call.lineno, False, "from_pretrained")
         return None
     if func.attr == "bfloat16" and not call.args:
@@ -119,11 +137,27 @@ def _casts(call: ast.Call, bound: dict[str, ast.expr] | None = None) -> _Cast | 
     if func.attr == "float" and not call.args:
         return _Cast(call.lineno, False, ".float()")
     if func.attr == "to":
-        args = [named(a) for a in _dtype_args(call)]
+        written = _dtype_args(call)
+        args = [named(a) for a in written]
         if any(_is_bf16(a) for a in args):
-            return _Cast(call.lineno, True, ".to(torch.bfloat16)")
+            which = "".join(when(a) for a in written if _is_bf16(named(a)))
+            return _Cast(call.lineno, True, f".to(torch.bfloat16{which})")
         if any(_is_fp32(a) for a in args):
             return _Cast(call.lineno, False, ".to(torch.float32)")
+    return None
+
+
+def _wraps(call: ast.Call, target: str | None, state: dict[str, _Cast]) -> _Cast | None:
+    """The cast of the bf16 model a call wraps and ``target`` then holds: ``FSDP(model,
+    mixed_precision=...)``, ``DDP(model)``, ``Eagle3Model(draft_model=draft_model)`` (its
+    parameters are that model's, in bf16: FSDP's ``MixedPrecision`` keeps the dtype the
+    module had as the one the optimizer steps)."""
+    if target is None or isinstance(call.func, ast.Attribute) and call.func.attr == "parameters":
+        return None
+    for arg in (*call.args, *(k.value for k in call.keywords)):
+        key = _target(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else None
+        if key is not None and key != target and key in state and state[key].low:
+            return state[key]
     return None
 
 
@@ -208,9 +242,14 @@ class PureBf16WithoutMaster(Rule):
     too, unless some method of the class casts it back to fp32 (which runs first is not
     known there).
 
+    A model wrapped after the cast is still bf16: ``FSDP(model, mixed_precision=
+    MixedPrecision(param_dtype=torch.bfloat16))`` shards the parameters in the dtype they
+    have (FSDP's fp32 master is the module's own fp32 weights), and so do ``DDP(model)`` and
+    a module built around it (``Eagle3Model(draft_model=draft_model)``).
+
     Not reported: a cast back to fp32 before the optimizer is built, and files that use an
     fp32 master or compensated updates (``CompensatedOptimizer``, ``Bf16True``,
-    ``MixedPrecision``, torchao's ``bf16_stochastic_round``, torch-optimi's ``kahan_sum``).
+    torchao's ``bf16_stochastic_round``, torch-optimi's ``kahan_sum``).
 
     Measured (not tuned on) over huggingface/alignment-handbook@925acdf, artidoro/qlora@7f4e95a,
     tatsu-lab/stanford_alpaca@761dc5b and OpenRLHF/OpenRLHF@3c3be62: no finding. None of them
@@ -263,7 +302,7 @@ class PureBf16WithoutMaster(Rule):
             state: dict[str, _Cast] = {}
             bound = _bound_dtypes(statements)
             for call, target in _calls(statements):
-                cast = _casts(call, bound)
+                cast = _casts(call, bound) or _wraps(call, target, state)
                 if cast is not None and target is not None:
                     state[target] = cast
                     continue

@@ -427,8 +427,14 @@ class ZeroGradBeforeScalerStep(Rule):
                 continue
             if analysis.facts.is_optimizer(z.obj) and s.arg != z.obj:
                 continue
+            # (no more conditional than a scaled backward of every iteration of that loop)
             if any(
-                b.scaled and b.loops and b.loops[-1] == loop and not exclusive(b, z)
+                b.scaled
+                and b.loops
+                and b.loops[-1] == loop
+                and b.ctx.accum is None
+                and set(z.ctx.arms) <= set(b.ctx.arms)
+                and not exclusive(b, z)
                 for b in unit.related(z, "backward")
             ):
                 return s
