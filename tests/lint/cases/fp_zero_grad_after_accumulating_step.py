@@ -1,5 +1,6 @@
 """Zeroed right after the accumulating step, or every iteration when the step is too, and
-a second model's optimizer zeroed every iteration beside the first one's accumulation:
+a second model's optimizer zeroed every iteration beside the first one's accumulation, and a
+loop that backwards its cached batches only right before the step:
 nothing to report."""
 
 import torch
@@ -40,3 +41,28 @@ def train_two(gen, disc, loader, opt_g, opt_d, scaler, accum):
             scaler.step(opt_g)
             opt_g.zero_grad()
         scaler.update()
+
+
+def train_cached(model, loader, optimizer, scaler, accum_freq):
+    """One step per batch when ``accum_freq == 1``; otherwise the batches are cached with no
+    gradient and the backward of all of them runs just before the step."""
+    cached = []
+    for i, (x, y) in enumerate(loader):
+        optimizer.zero_grad()
+        if accum_freq == 1:
+            with torch.autocast("cuda"):
+                loss = model(x, y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            cached.append((x, y))
+            if ((i + 1) % accum_freq) > 0:
+                continue
+            for cx, cy in cached:
+                with torch.autocast("cuda"):
+                    loss = model(cx, cy) / accum_freq
+                scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            cached = []

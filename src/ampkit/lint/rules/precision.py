@@ -348,14 +348,12 @@ class ScalerWithBfloat16(Rule):
             regions = unit.of("autocast")
             if not regions:
                 continue
-            paired |= {e.obj for e in unit.events if e.obj is not None}
+            keys = {e.obj for e in unit.events if e.obj is not None}
             # each scale call, and each scaled backward whose scale call is not in the flow
             uses = list(unit.of("scale")) + [
                 b for b in unit.of("backward") if b.scaled and not _scales_of(b)
             ]
             uses = sorted(uses, key=lambda e: e.order) or list(unit.of("scaler_step"))
-            if not uses:
-                continue
             unknown = False
             for use in uses:
                 answer = analysis.pairing.scaler_with_bf16(_paired_regions(unit, use), use)
@@ -370,7 +368,13 @@ class ScalerWithBfloat16(Rule):
                 unknown = unknown or answer.verdict == "unknown"
             else:
                 if unknown:
-                    yield from self._single_value(analysis, unit)
+                    found = list(self._single_value(analysis, unit))
+                    yield from found
+                    if not found:
+                        # undecided here (a scaler handed in as a parameter): judged where
+                        # it is built, by the flag that enables it
+                        continue
+            paired |= keys
         yield from self._built_for_bf16(analysis, paired)
 
     def _built_for_bf16(self, analysis: FileAnalysis, paired: set[str]) -> Iterator[Finding]:

@@ -435,6 +435,7 @@ class ZeroGradBeforeScalerStep(Rule):
                 and b.ctx.accum is None
                 and set(z.ctx.arms) <= set(b.ctx.arms)
                 and not exclusive(b, z)
+                and not exclusive(b, s)
                 for b in unit.related(z, "backward")
             ):
                 return s
