@@ -2,18 +2,18 @@
 needed there, nothing to report."""
 
 import torch
-from torch.cuda.amp import GradScaler, autocast
+from torch.amp import GradScaler, autocast
 
 
 def run(hps, net, loader, optim):
-    scaler = GradScaler(enabled=hps.train.fp16_run)
+    scaler = GradScaler("cuda", enabled=hps.train.fp16_run)
     for epoch in range(hps.train.epochs):
         train_and_evaluate(hps, net, loader, optim, scaler)
 
 
 def train_and_evaluate(hps, net, loader, optim, scaler):
     for x, y in loader:
-        with autocast(enabled=hps.train.fp16_run, dtype=torch.float16):
+        with autocast("cuda", enabled=hps.train.fp16_run, dtype=torch.float16):
             loss = net(x, y)
         optim.zero_grad()
         scaler.scale(loss).backward()

@@ -3,18 +3,18 @@ function as a parameter, whose autocast is bfloat16 under the same flag: reporte
 scaler is built."""
 
 import torch
-from torch.cuda.amp import GradScaler, autocast
+from torch.amp import GradScaler, autocast
 
 
 def run(hps, net, loader, optim):
-    scaler = GradScaler(enabled=hps.train.bf16_run)  # expect: AMP008
+    scaler = GradScaler("cuda", enabled=hps.train.bf16_run)  # expect: AMP008
     for epoch in range(hps.train.epochs):
         train_and_evaluate(hps, net, loader, optim, scaler)
 
 
 def train_and_evaluate(hps, net, loader, optim, scaler):
     for x, y in loader:
-        with autocast(enabled=hps.train.bf16_run, dtype=torch.bfloat16):
+        with autocast("cuda", enabled=hps.train.bf16_run, dtype=torch.bfloat16):
             loss = net(x, y)
         optim.zero_grad()
         scaler.scale(loss).backward()
