@@ -31,3 +31,16 @@ class Policy:
         self.model.float()
         self.model = FSDP(self.model)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-5)
+
+
+class TunedLens(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.translators = torch.nn.Linear(model.config.hidden_size, model.config.hidden_size)
+
+
+def tune(name):
+    """A frozen bf16 model handed first to a module that trains its own fp32 parameters."""
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=torch.bfloat16)
+    lens = TunedLens(model)
+    return torch.optim.AdamW(lens.parameters(), amsgrad=True)

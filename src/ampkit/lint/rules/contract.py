@@ -147,6 +147,12 @@ def _casts(call: ast.Call, bound: dict[str, ast.expr | _Chosen] | None = None) -
     return None
 
 
+_WRAPPERS = frozenset(
+    {"FSDP", "FullyShardedDataParallel", "DDP", "DistributedDataParallel", "DataParallel",
+     "fully_shard", "compile"}
+)  # fmt: skip
+
+
 def _wraps(call: ast.Call, target: str | None, state: dict[str, _Cast]) -> _Cast | None:
     """The cast of the bf16 model a call wraps and ``target`` then holds: ``FSDP(model,
     mixed_precision=...)``, ``DDP(model)``, ``Eagle3Model(draft_model=draft_model)`` (its
@@ -154,7 +160,13 @@ def _wraps(call: ast.Call, target: str | None, state: dict[str, _Cast]) -> _Cast
     module had as the one the optimizer steps)."""
     if target is None or isinstance(call.func, ast.Attribute) and call.func.attr == "parameters":
         return None
-    for arg in (*call.args, *(k.value for k in call.keywords)):
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    # a parallel wrapper holds the model it is given; another module built from it holds it
+    # when it names it (``draft_model=draft_model``), not when it only reads a frozen model
+    # it is handed first (``TunedLens(model, ...)`` trains its own translators)
+    given = call.args if name in _WRAPPERS else []
+    for arg in (*given, *(k.value for k in call.keywords)):
         key = _target(arg) if isinstance(arg, (ast.Name, ast.Attribute)) else None
         if key is not None and key != target and key in state and state[key].low:
             return state[key]
@@ -245,7 +257,8 @@ class PureBf16WithoutMaster(Rule):
     A model wrapped after the cast is still bf16: ``FSDP(model, mixed_precision=
     MixedPrecision(param_dtype=torch.bfloat16))`` shards the parameters in the dtype they
     have (FSDP's fp32 master is the module's own fp32 weights), and so do ``DDP(model)`` and
-    a module built around it (``Eagle3Model(draft_model=draft_model)``).
+    a module built around it by keyword (``Eagle3Model(draft_model=draft_model)``; a module
+    handed a model first, ``TunedLens(model, ...)``, may train parameters of its own).
 
     Not reported: a cast back to fp32 before the optimizer is built, and files that use an
     fp32 master or compensated updates (``CompensatedOptimizer``, ``Bf16True``,
