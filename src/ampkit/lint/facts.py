@@ -29,7 +29,7 @@ from ampkit.lint.names import (
     is_optimizer_name,
     is_scaler_name,
 )
-from ampkit.lint.project import ProjectView, note_call, wrapper_of
+from ampkit.lint.project import ProjectView, local_clippers, note_call, wrapper_of
 from ampkit.lint.walk import FunctionNode, Walk
 
 __all__ = ["INTERESTING_ATTRS", "FileFacts", "FunctionNode"]
@@ -117,6 +117,7 @@ class FileFacts:
         self.any_scaler = False
         self.scaler_named = False
         self.tree = tree
+        self._local_clippers: set[str] | None = None
         self._interesting: set[int] | None = None
         self._eventful: set[int] | None = None
         for stmt in tree.body:
@@ -476,6 +477,30 @@ class FileFacts:
         if self.resolver.scaler_ctor(value) is value:
             return self.resolver.scaler_enabled(value) == "no"
         return isinstance(value.func, ast.Name) and value.func.id in dummies
+
+    def calls_clipper(self, func: ast.expr) -> bool:
+        """Whether calling ``func`` clips gradients: a function of the tree that calls
+        torch's clip functions (``from utils import clip_grads``), or an object built from a
+        class whose ``__call__`` does (``self.clip_grad = ClipGrad(cfg)`` then
+        ``self.clip_grad(self.model)``), in this file or another module of the tree."""
+        if self._local_clippers is None:
+            self._local_clippers = local_clippers(self.tree, self.imports)
+        if not self._local_clippers and self.project is None:
+            return False
+        key = dotted_key(func)
+        if key is None:
+            return False
+        values: list[ast.expr] = [func]
+        values += [v.func for v in self.assignments.get(key, ()) if isinstance(v, ast.Call)]
+        for value in values:
+            if isinstance(value, ast.Name) and value.id in self._local_clippers:
+                if value is not func or value.id not in self.functions:
+                    return True  # (a function of this file is followed where it is called)
+                continue
+            qual = self.imports.qualname(value)
+            if qual is not None and self.project is not None and self.project.clipper(qual):
+                return True
+        return False
 
     def is_optimizer(self, key: str | None) -> bool:
         """Whether ``key`` holds an optimizer (constructed here, stepped by a scaler, or named so)."""

@@ -323,6 +323,10 @@ class FlowBuilder:
             if not _no_limit(call):
                 self._emit("clip", call, ctx, extra={"get_scale": uses_get_scale(call)})
             return
+        if facts.calls_clipper(func) and not _no_limit(call):
+            # a clipping function of the tree, or a clip object called on the model
+            self._emit("clip", call, ctx, extra={"get_scale": uses_get_scale(call)})
+            return
         if qual == "torch.save":
             self._emit("save", call, ctx)
             return

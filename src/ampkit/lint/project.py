@@ -29,6 +29,7 @@ from pathlib import Path, PurePath
 from ampkit.lint.frameworks import precision_evidence
 from ampkit.lint.names import (
     AUTOCAST_APIS,
+    CLIP_APIS,
     DTYPES,
     SCALER_APIS,
     Argument,
@@ -48,6 +49,7 @@ __all__ = [
     "ProjectIndex",
     "ProjectView",
     "Wrapper",
+    "local_clippers",
     "module_name",
     "note_call",
     "note_dtype_keywords",
@@ -91,6 +93,12 @@ class ModuleSummary:
     imported: set[str] = field(default_factory=set)
     #: module-level functions that register gradient hooks which clamp (run inside backward)
     hook_clippers: set[str] = field(default_factory=set)
+    #: module-level functions that clip gradients with torch's clip functions, and classes
+    #: whose ``__call__`` does (``ClipGrad(cfg)(model)``)
+    clippers: set[str] = field(default_factory=set)
+    #: names the module imports from another module of the tree (``from .clip_grad import
+    #: ClipGrad`` in a package's ``__init__``): name -> the import as written
+    reexports: dict[str, str] = field(default_factory=dict)
 
 
 _WORTH_RESOLVING = re.compile(r"autocast|float16|bfloat16|half")
@@ -303,6 +311,14 @@ def summarise(text: str) -> ModuleSummary | None:
         if isinstance(node, ast.ImportFrom):
             summary.imported.add("." * node.level + (node.module or ""))
     summary.flags = any(isinstance(s, (ast.Assign, ast.AnnAssign, ast.If)) for s in tree.body)
+    if "clip_grad" in text:
+        summary.clippers = local_clippers(tree, table)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.level or node.module):
+            source = "." * node.level + (node.module or "")
+            for alias in node.names:
+                if alias.name != "*":
+                    summary.reexports[alias.asname or alias.name] = f"{source}.{alias.name}"
     if "_hook" in text:
         summary.hook_clippers = {
             stmt.name
@@ -324,6 +340,39 @@ def summarise(text: str) -> ModuleSummary | None:
                 if wrapper is not None:
                     summary.wrappers[stmt.name] = wrapper
     return summary
+
+
+_NOT_CLIP_ONLY = frozenset({"unscale_", "step", "backward", "update", "scale"})
+
+
+def local_clippers(tree: ast.Module, table: Imports) -> set[str]:
+    """Module-level functions whose own body calls torch's clip functions, and classes
+    whose ``__call__`` does: clip helpers only (one that also unscales, steps or backwards
+    is a step of its own, not a clip at its call)."""
+
+    def clips(fn: ast.AST) -> bool:
+        calls = [n for n in ast.walk(fn) if isinstance(n, ast.Call)]
+        return any(table.qualname(n.func) in CLIP_APIS for n in calls) and not any(
+            isinstance(n.func, ast.Attribute) and n.func.attr in _NOT_CLIP_ONLY for n in calls
+        )
+
+    found: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and clips(stmt):
+            found.add(stmt.name)
+        elif isinstance(stmt, ast.ClassDef):
+            call = next(
+                (
+                    m
+                    for m in stmt.body
+                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and m.name == "__call__"
+                ),
+                None,
+            )
+            if call is not None and clips(call):
+                found.add(stmt.name)
+    return found
 
 
 #: torch loss functions and modules that take ``reduction=`` (mean by default)
@@ -680,6 +729,29 @@ class ProjectView:
             return None
         found = self._lookup(qualname)
         return found[0].wrappers.get(found[1]) if found is not None else None
+
+    def clipper(self, qualname: str, depth: int = 0) -> bool:
+        """Whether ``qualname`` names a function of the tree that clips gradients, or a class
+        whose instances do when called, also through a package's re-export of it."""
+        if qualname.startswith("torch.") or depth > 3:
+            return False
+        found = self._entry(qualname)
+        if found is None:
+            return False
+        (module, path, summary), name = found
+        if name in summary.clippers:
+            return True
+        source = summary.reexports.get(name)
+        if source is None:
+            return False
+        level = len(source) - len(source.lstrip("."))
+        if level:
+            package = module.split(".")
+            if not PurePath(path).name.startswith("__init__."):
+                package = package[:-1]
+            package = package[: len(package) - (level - 1)] if level > 1 else package
+            source = ".".join([*package, source[level:]])
+        return source != qualname and self.clipper(source, depth + 1)
 
     def hook_clipper(self, qualname: str) -> bool:
         """Whether ``qualname`` names a function of the tree that registers gradient hooks

@@ -78,8 +78,12 @@ class ClipScaledGradients(Rule):
         scaler.update()
 
     A clip is torch's (its old name ``clip_grad_norm`` included) or a helper of the project
-    named after it (``from utils.util import clip_grad_norm``); an optimizer's own
-    ``clip_grad_norm`` method is not (a wrapper that unscales what it holds).
+    named after it (``from utils.util import clip_grad_norm``), and so is a function of the
+    tree whose body clips with torch's, or an object of a class whose ``__call__`` does
+    (``self.clip_grad = ClipGrad(cfg)`` then ``self.clip_grad(self.model)``, also re-exported
+    by a package), when it only clips (one that unscales or steps too is a step of its own);
+    an optimizer's own ``clip_grad_norm`` method is not (a wrapper that unscales what it
+    holds).
 
     A framework's backward scales the loss under float16 too: ``torch.nn.utils.
     clip_grad_norm_`` right after ``accelerator.backward(loss)`` (or ``fabric.backward``,
