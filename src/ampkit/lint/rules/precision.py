@@ -571,6 +571,33 @@ def _saved_models(unit: Unit, save: Event) -> set[str]:
     return models
 
 
+def _halved_in_place(analysis: FileAnalysis, save: Event) -> str | None:
+    """The model of a ``model.half().state_dict()`` that ``save`` writes, directly or
+    through a variable bound to it: ``.half()`` converts the model itself, mid-training."""
+    call = save.node
+    if not isinstance(call, ast.Call) or not call.args:
+        return None
+    values: list[ast.expr] = [call.args[0]]
+    key = dotted_key(call.args[0])
+    if key is not None:
+        values += analysis.facts.assignments.get(key, [])
+    for value in values:
+        for sub in ast.walk(value):
+            if (
+                isinstance(sub, ast.Call)
+                and isinstance(sub.func, ast.Attribute)
+                and sub.func.attr == "state_dict"
+                and isinstance(sub.func.value, ast.Call)
+                and isinstance(sub.func.value.func, ast.Attribute)
+                and sub.func.value.func.attr == "half"
+                and not sub.func.value.args
+            ):
+                model = dotted_key(sub.func.value.func.value)
+                if model is not None:
+                    return model
+    return None
+
+
 @register
 class HalfStateDictSaved(Rule):
     """``torch.save`` of the ``state_dict()`` of a model converted with ``.half()``.
@@ -579,6 +606,11 @@ class HalfStateDictSaved(Rule):
     small weight updates are lost when training resumes from it, and loading it into an
     fp32 model silently upcasts already-rounded values. Save the fp32 master weights
     (convert a copy for fp16 inference, or call ``.float()`` before saving).
+
+    ``torch.save(model.half().state_dict(), path)`` in a training function is reported too
+    (also through a variable bound to it): ``.half()`` converts the model itself, so the
+    checkpoint is fp16 and training goes on in fp16; a copy (``{k: v.half() for k, v in
+    model.state_dict().items()}``) leaves the model as it was.
 
     Only files that train the model count: converting a model to fp16 and saving it for
     inference (nothing stepped in that function) is an export, not a lost checkpoint.
@@ -624,4 +656,15 @@ class HalfStateDictSaved(Rule):
                             save.node,
                             f"{model} was converted with .half(); this saves float16 weights "
                             "(save the float32 weights instead)",
+                        )
+                        break
+                else:
+                    halved = _halved_in_place(analysis, save)
+                    if halved is not None:
+                        yield self.finding(
+                            analysis,
+                            save.node,
+                            f"{halved}.half().state_dict() converts the trained model to float16 "
+                            "and saves float16 weights (save the float32 weights, or convert "
+                            "a copy: {k: v.half() for k, v in state_dict.items()})",
                         )
