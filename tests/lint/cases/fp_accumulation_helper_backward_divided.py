@@ -32,3 +32,36 @@ class Trainer:
                 loss = self.model(micro_batch).mean()
             self._backward(loss / len(micro_batches))
         self.optimizer.step()
+
+
+class Losses:
+    def __init__(self, loss_total):
+        self.loss_total = loss_total
+
+    def __truediv__(self, n):
+        return Losses(self.loss_total / n)
+
+
+def train_component(component, optimizer, loader, grad_acc_steps):
+    """A loss object divided as a whole (``__truediv__``) and its field backpropagated, and
+    the gradients divided after the micro-batch loop, before the step."""
+    for batch in loader:
+        optimizer.zero_grad()
+        for _ in range(grad_acc_steps):
+            losses = component.compute_loss(batch) / grad_acc_steps
+            loss_total_step = losses.loss_total
+            loss_total_step.backward()
+        optimizer.step()
+
+
+def train_grads_divided(model, loader, optim, num_microbatches):
+    for batch in loader:
+        optim.zero_grad()
+        for _ in range(num_microbatches):
+            mb_loss = model(batch).mean()
+            mb_loss.backward()
+        if num_microbatches > 1:
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.grad.div_(num_microbatches)
+        optim.step()

@@ -153,7 +153,16 @@ class _Provenance:
                 if key in seen:
                     continue
                 seen.add(key)
-                for value in self.facts.assignments.get(key, []):
+                values = self.facts.assignments.get(key, [])
+                if not values and "." in key and not key.startswith("self."):
+                    # ``losses.loss_total.backward()`` after ``losses = compute(...) / n``:
+                    # a field of an object that was divided as a whole (``__truediv__``)
+                    values = [
+                        v
+                        for v in self.facts.assignments.get(key.rsplit(".", 1)[0], [])
+                        if isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div)
+                    ]
+                for value in values:
                     if key == first and self._after(value, at):
                         continue
                     if self._elsewhere(key, value, at):
@@ -432,9 +441,11 @@ class UndividedAccumulatedLoss(Rule):
     gradients overflow ``n`` times sooner (more skipped steps).
 
     Normalising elsewhere counts: dividing the loss before handing it on
-    (``loss = loss / n`` then ``amp.scale_loss(loss, ...)``), computing it with a function
-    that receives the accumulation count, or rescaling the gradients before the step
-    (``p.grad.div_(n)``, ``optimizer.multiply_grads(1 / n)``). A division written after the
+    (``loss = loss / n`` then ``amp.scale_loss(loss, ...)``), dividing a loss object as a
+    whole (``losses = compute_loss(batch) / n`` then ``losses.loss_total.backward()``),
+    computing it with a function that receives the accumulation count, or rescaling the
+    gradients before the step (``p.grad.div_(n)``, ``optimizer.multiply_grads(1 / n)``, also
+    after a micro-batch loop). A division written after the
     backward in the same function (``loss = loss / n`` for the log) comes too late: the
     backward has used the undivided loss. A backward whose gradients
     the next step in the same iteration consumes unconditionally is not accumulated, even
@@ -528,9 +539,17 @@ class UndividedAccumulatedLoss(Rule):
                         continue
                     divisor = step.ctx.accum
                 if any(
-                    (not b.loops or b.loops[-1] in r.loops) and not exclusive(r, b)
-                    for r in unit.related(b, "grad_rescale")
-                ):
+                    (
+                        not b.loops
+                        or b.loops[-1] in r.loops
+                        # after the micro-batch loop, before its step: ``p.grad.div_(n)``
+                        or (divisor == _MICRO_BATCHES and r.order > b.order
+                            and r.loops[: len(b.loops) - 1] == b.loops[:-1])
+                    )
+                    and not exclusive(r, b)
+                    for r in unit.of("grad_rescale")
+                    if r in unit.related(b, "grad_rescale") or divisor == _MICRO_BATCHES
+                ):  # fmt: skip
                     continue
                 if divisor not in provenance:
                     provenance[divisor] = _Provenance(analysis, divisor)

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from ampkit.lint.analysis import FileAnalysis, Unit
 from ampkit.lint.events import Event, exclusive
 from ampkit.lint.findings import Finding, Severity
+from ampkit.lint.names import dotted_key
 from ampkit.lint.rules.base import Rule, register
 from ampkit.lint.rules.common import current_backward, last_before
+from ampkit.lint.scopes import position
 
 __all__ = [
     "ClipAfterStep",
@@ -468,8 +470,10 @@ class DoubleOptimizerStep(Rule):
     Typically ``scaler.step(optimizer)`` inside ``if use_amp:`` and then an unconditional
     ``optimizer.step()`` after the branch: in AMP mode the weights are updated twice with
     the same gradients (and the second update bypasses the GradScaler's inf/NaN check). Two
-    steps in the arms of one condition, with a new backward pass between them, or with no
-    backward pass before them at all (a test driving a wrapper), are fine.
+    steps in the arms of one condition, with a new backward pass between them, with the
+    optimizer's state restored between them (``optimizer.load_state_dict(saved)``: a test
+    that checks the restored optimizer still steps), or with no backward pass before them
+    at all (a test driving a wrapper), are fine.
 
     Bad::
 
@@ -509,6 +513,7 @@ class DoubleOptimizerStep(Rule):
                         first.loops == second.loops
                         and last_before(unit, first, "backward")
                         and not unit.between(first, second, "backward")
+                        and not _state_loaded_between(analysis, first, second, target)
                     ):
                         yield self.finding(
                             analysis,
@@ -517,6 +522,26 @@ class DoubleOptimizerStep(Rule):
                             "with the same gradients; step it once per iteration",
                         )
                     break
+
+
+def _state_loaded_between(analysis: FileAnalysis, first: Event, second: Event, target: str) -> bool:
+    """Whether ``target.load_state_dict(...)`` is written between two steps of one function
+    (a test that restores the optimizer and checks it still steps): the second step starts
+    from the restored state, not from the first one's."""
+    facts = analysis.facts
+    home = facts.owner_of(first.node)
+    if home is None or facts.owner_of(second.node) is not home:
+        return False
+    lo, hi = position(first.node), position(second.node)
+    return any(
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "load_state_dict"
+        and dotted_key(call.func.value) == target
+        and lo < position(call) < hi
+        and facts.owner_of(call) is home
+        for call in facts.of_type(ast.Call)
+        if isinstance(call, ast.Call)
+    )
 
 
 @register
