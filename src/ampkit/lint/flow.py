@@ -323,6 +323,20 @@ class FlowBuilder:
             if not _no_limit(call):
                 self._emit("clip", call, ctx, extra={"get_scale": uses_get_scale(call)})
             return
+        stepper = (
+            facts.project.scaler_stepper(qual)
+            if qual is not None and facts.project is not None and "." in qual
+            else None
+        )
+        if stepper is not None and stepper < len(call.args):
+            scaler = dotted_key(call.args[stepper])
+            if scaler is not None and facts.is_scaler(scaler):
+                # a helper of another module that steps and updates the scaler it is handed
+                optimizer = call.args[stepper + 1] if stepper + 1 < len(call.args) else None
+                arg = dotted_key(optimizer) if optimizer is not None else None
+                self._emit("scaler_step", call, ctx, obj=scaler, arg=arg)
+                self._emit("scaler_update", call, ctx, obj=scaler)
+                return
         if facts.calls_clipper(func) and not _no_limit(call):
             # a clipping function of the tree, or a clip object called on the model
             self._emit("clip", call, ctx, extra={"get_scale": uses_get_scale(call)})

@@ -50,6 +50,7 @@ __all__ = [
     "ProjectView",
     "Wrapper",
     "local_clippers",
+    "scaler_steppers",
     "module_name",
     "note_call",
     "note_dtype_keywords",
@@ -96,6 +97,10 @@ class ModuleSummary:
     #: module-level functions that clip gradients with torch's clip functions, and classes
     #: whose ``__call__`` does (``ClipGrad(cfg)(model)``)
     clippers: set[str] = field(default_factory=set)
+    #: module-level functions that step and update a GradScaler they are handed
+    #: (``def step_and_log(scaler, opt, ...): scaler.step(opt); scaler.update()``): name ->
+    #: the position of that parameter
+    scaler_steppers: dict[str, int] = field(default_factory=dict)
     #: names the module imports from another module of the tree (``from .clip_grad import
     #: ClipGrad`` in a package's ``__init__``): name -> the import as written
     reexports: dict[str, str] = field(default_factory=dict)
@@ -313,6 +318,8 @@ def summarise(text: str) -> ModuleSummary | None:
     summary.flags = any(isinstance(s, (ast.Assign, ast.AnnAssign, ast.If)) for s in tree.body)
     if "clip_grad" in text:
         summary.clippers = local_clippers(tree, table)
+    if ".update()" in text:
+        summary.scaler_steppers = scaler_steppers(tree)
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.level or node.module):
             source = "." * node.level + (node.module or "")
@@ -340,6 +347,29 @@ def summarise(text: str) -> ModuleSummary | None:
                 if wrapper is not None:
                     summary.wrappers[stmt.name] = wrapper
     return summary
+
+
+def scaler_steppers(tree: ast.Module) -> dict[str, int]:
+    """Module-level functions that call ``step(...)`` and ``update()`` on a parameter named
+    for a GradScaler, with that parameter's position."""
+    found: dict[str, int] = {}
+    for stmt in tree.body:
+        if not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        params = [a.arg for a in (*stmt.args.posonlyargs, *stmt.args.args)]
+        called: dict[str, set[str]] = {}
+        for node in ast.walk(stmt):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+            ):
+                called.setdefault(node.func.value.id, set()).add(node.func.attr)
+        for index, name in enumerate(params):
+            if is_scaler_name(name) and {"step", "update"} <= called.get(name, set()):
+                found[stmt.name] = index
+                break
+    return found
 
 
 _NOT_CLIP_ONLY = frozenset({"unscale_", "step", "backward", "update", "scale"})
@@ -752,6 +782,14 @@ class ProjectView:
             package = package[: len(package) - (level - 1)] if level > 1 else package
             source = ".".join([*package, source[level:]])
         return source != qualname and self.clipper(source, depth + 1)
+
+    def scaler_stepper(self, qualname: str) -> int | None:
+        """The position of the GradScaler parameter of a function of the tree that steps
+        and updates the scaler it is handed, ``None`` when ``qualname`` names no such one."""
+        if qualname.startswith("torch."):
+            return None
+        found = self._lookup(qualname)
+        return found[0].scaler_steppers.get(found[1]) if found is not None else None
 
     def hook_clipper(self, qualname: str) -> bool:
         """Whether ``qualname`` names a function of the tree that registers gradient hooks

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator
 
 from ampkit.lint.analysis import FileAnalysis, Unit
-from ampkit.lint.events import Event, exclusive
+from ampkit.lint.events import Event, describe_test, exclusive
 from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.names import dotted_key
 from ampkit.lint.rules.base import Rule, register
@@ -236,6 +236,10 @@ class DoubleUnscale(Rule):
                 scaler.update()
                 optimizer.zero_grad()
 
+    An update in each arm of a condition counts as one on every path, also when one arm
+    hands the scaler to a function of another module that steps and updates it
+    (``debug_utils.step_and_log_diff(scaler, opt, ...)``).
+
     Accelerate's ``accelerator.clip_grad_norm_`` / ``clip_grad_value_`` unscale the
     gradients themselves: ``accelerator.unscale_gradients()`` right before them unscales
     twice.
@@ -285,7 +289,7 @@ class DoubleUnscale(Rule):
                         analysis,
                         second.node,
                         f"{second.obj}.unscale_({second.arg or ''}) runs on every iteration but "
-                        f"{second.obj}.update() only when `{guard}`; the next unscale_() before "
+                        f"{second.obj}.update() only when {guard}; the next unscale_() before "
                         "update() raises RuntimeError (move unscale_ under the same condition)",
                     )
 
@@ -331,15 +335,21 @@ class DoubleUnscale(Rule):
             return None
         mine = set(unscale.ctx.arms)
         guard: str | None = None
+        taken: set[tuple[str, int]] = set()
         for update in updates:
             varying = [
-                key
+                (key, arm)
                 for key, arm in update.ctx.arms
                 if (key, arm) not in mine and unit.varies_in(key, loop)
             ]
             if not varying:
                 return None
-            guard = guard or unit.condition(varying[0])
+            taken.add(varying[0])
+            guard = guard or _when(unit, *varying[0])
+        if any((key, 1 - arm) in taken for key, arm in taken):
+            # both arms of the condition update (``if log: helper_steps_and_updates(...)
+            # else: scaler.step(...); scaler.update()``)
+            return None
         return guard
 
 
@@ -522,6 +532,15 @@ class DoubleOptimizerStep(Rule):
                             "with the same gradients; step it once per iteration",
                         )
                     break
+
+
+def _when(unit: Unit, key: str, arm: int) -> str:
+    """```x``` or ``not `x``` for the arm ``arm`` of the condition ``key``."""
+    node = unit.test_nodes.get(key)
+    if node is None:
+        return "a condition holds"
+    holds = arm == describe_test(node).flip
+    return f"`{ast.unparse(node)}`" if holds else f"not `{ast.unparse(node)}`"
 
 
 def _state_loaded_between(analysis: FileAnalysis, first: Event, second: Event, target: str) -> bool:
