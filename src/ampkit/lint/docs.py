@@ -344,13 +344,14 @@ repositories drawn at random from ones in no set of this page, this version befo
 sweep was read gave 197 behavioural findings in 36 of them: 185 true, 12 false (precision
 0.939; 0.859 without the one repository, intel-extension-for-pytorch, whose 112 findings
 are float16 autocast on the CPU and backward inside autocast in its own tests and
-examples). The 12 false came from 7 shapes; three are fixed, each with a silent case: a
+examples). The 12 false came from 7 shapes; four are fixed, each with a silent case: a
 test that restores an optimizer's state between two steps (pytorch/xla, 4;
 `fp_double_step_state_restored.py`), a loss object divided as a whole through
 `__truediv__` (iris) and gradients divided after a micro-batch loop (moshi-finetune; both
-in `fp_accumulation_helper_backward_divided.py`). Left: a loss weighted by each
-micro-batch's share of the step's tokens in a helper of another module (VeOmni, 3), a
-`scaler.update()` inside a logging helper of another module (languini-kitchen), a loss
+in `fp_accumulation_helper_backward_divided.py`), and a scaler stepped and updated by a
+logging helper of another module in one arm of a condition and directly in the other
+(languini-kitchen; `projects/scaler_step_helper/`). Left: a loss weighted by each
+micro-batch's share of the step's tokens in a helper of another module (VeOmni, 3), a loss
 summed over tokens by hand (VoiceCraft), and a dtype parameter whose callers pass only
 bfloat16 and float32 by position (lerobot). Over 19 other repositories where the bug
 hunt for the history set had found a real bug still at HEAD with no fix, 26 findings: 25
