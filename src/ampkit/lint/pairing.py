@@ -65,7 +65,12 @@ class Pairing(Solver):
         def bad() -> bool:
             if key is None or where_use is None or not self._reached(where_use):
                 return False
-            scaler = self._lookup(key, where_use)
+            if self.opaque(key, where_use):
+                # handed back by a call (``optimizer, scaler = init_opt(...)``): a scaler
+                # whose ``scale`` runs here is not None, and nothing says it is disabled
+                scaler: object = ScalerValue(True)
+            else:
+                scaler = self._lookup(key, where_use)
             if scaler is None or scaler is False:
                 return False
             if not isinstance(scaler, ScalerValue):

@@ -333,10 +333,17 @@ class Solver:
                 sides = [node.left, *node.comparators]  # type: ignore[attr-defined]
                 consts = [c for s in sides for c in constants_of(s)]
                 for side in sides:
+                    side = _normalised_text(side) or side
+                    key = dotted_key(side)
                     if not list(constants_of(side)) and (
-                        dotted_key(side) is not None or field_key(side) is not None
+                        key is not None or field_key(side) is not None
                     ):
                         found.setdefault(atom_name(side), set()).update(consts)
+                        # ``which_dtype = cfg.get("dtype")`` compared by its name: the
+                        # constants are those of what it reads too
+                        for value in self.facts.assignments.get(key or "", ()):
+                            if isinstance(value, (ast.Call, ast.Subscript)):
+                                found.setdefault(atom_name(value), set()).update(consts)
             for node in self.facts.of_type(ast.Subscript):
                 base = node.value  # type: ignore[attr-defined]
                 key = node.slice  # type: ignore[attr-defined]
@@ -441,6 +448,10 @@ class Solver:
             return OTHER
         if qual == "bool" and len(call.args) == 1:
             return truth(self._eval(call.args[0], where, depth + 1))
+        inner = _normalised_text(call)
+        if inner is not None:
+            # ``which_dtype.lower() == "bfloat16"``: the option itself, in one spelling
+            return self._eval(inner, where, depth + 1)
         return self._atom(call)
 
     def _lookup(
@@ -496,6 +507,23 @@ class Solver:
                 return foreign
         return self._atom(atom)
 
+    def opaque(self, key: str, where: Where) -> bool:
+        """Whether the binding of ``key`` that reaches ``where`` is one whose value is not
+        followed (``optimizer, scaler = init_opt(...)``, a loop target), also in the enclosing
+        function of a closure."""
+        source = where.source
+        for binding in reversed(source.by_key.get(key, ())):
+            if binding.scope is not where.scope or binding.pos >= where.pos:
+                continue
+            if not self._tests_hold(binding.tests, Where(source, binding.scope, binding.pos)):
+                continue
+            return binding.value is None
+        scope = where.scope
+        outer = source.enclosing.get(id(scope)) if scope is not None else None
+        if outer is not None and any(b.scope is outer for b in source.by_key.get(key, ())):
+            return self.opaque(key, Where(source, outer, END))
+        return False
+
     def _from_class(self, key: str, method: ast.AST, atom: ast.AST) -> object:
         cls = self._classes.get(id(method))
         if cls is None:
@@ -547,6 +575,22 @@ class Solver:
 
 
 MISSING = object()
+
+#: methods that respell a string option without changing which one it is
+_RESPELL = frozenset({"lower", "upper", "strip", "casefold"})
+
+
+def _normalised_text(node: ast.AST) -> ast.expr | None:
+    """``x`` for ``x.lower()`` (also ``upper``/``strip``/``casefold``), else ``None``."""
+    if (
+        isinstance(node, ast.Call)
+        and not node.args
+        and not node.keywords
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in _RESPELL
+    ):
+        return node.func.value
+    return None
 
 
 def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:

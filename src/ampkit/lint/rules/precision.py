@@ -298,7 +298,8 @@ class ScalerWithBfloat16(Rule):
     Each scaled backward is paired with the autocast regions before it in its iteration, and
     each name with the binding that reaches it (a scaler rebound for a later bfloat16 section,
     ``if x: scaler = GradScaler() else: scaler = None``; in a nested function, the
-    enclosing function's autocast and scaler). When flags or a config decide the
+    enclosing function's autocast and scaler). A scaler handed back by a call
+    (``optimizer, scaler = init_opt(...)``) whose ``scale`` runs is taken as enabled. When flags or a config decide the
     pairing (``GradScaler(enabled=use_amp)`` next to ``autocast(dtype=torch.bfloat16,
     enabled=use_amp)``; ``amp_dtype = torch.bfloat16 if cfg.amp_bf16 else torch.float16``;
     ``if dtype == "bfloat16": mixed_precision = True`` then ``GradScaler() if
@@ -306,7 +307,9 @@ class ScalerWithBfloat16(Rule):
     value of those flags makes the scaler enabled with a bfloat16 region, and the message names
     that condition ("when `use_amp` is true and `amp_bf16` is true"). A flag the code does not
     decide takes the values of its ``add_argument`` ``choices=`` (or ``Literal[...]``
-    field), else the constants it is compared with, else true and false; a dtype parameter
+    field), else the constants it is compared with (also after ``.lower()``, and through a
+    name bound to a config read: ``which = cfg.get("dtype")`` then ``if which.lower() ==
+    "bfloat16":``), else true and false; a dtype parameter
     also takes the torch dtypes the tree's own calls pass it by keyword
     (``fit(..., amp_dtype=torch.bfloat16)``). A scaler enabled by the dtype itself
     (``enabled=(amp_dtype == torch.float16)``, ``enabled=not bf16``) is never paired with
