@@ -624,6 +624,20 @@ class ProjectIndex:
         return ProjectView(self, str(path), module)
 
 
+def _absolute_name(qualname: str, module: str, path: str) -> str:
+    """``.utils.f`` written in the module ``module`` (file ``path``) -> ``pkg.utils.f``."""
+    level = len(qualname) - len(qualname.lstrip("."))
+    if not level:
+        return qualname
+    package = module.split(".") if module else []
+    if not PurePath(path).name.startswith("__init__."):
+        package = package[:-1]
+    if level > 1:
+        package = package[: len(package) - (level - 1)] if level - 1 <= len(package) else []
+    rest = qualname[level:]
+    return ".".join([*package, rest]) if package else rest
+
+
 class ProjectView:
     """The project index as one file sees it: resolves that file's imported names."""
 
@@ -711,16 +725,7 @@ class ProjectView:
 
     def _absolute(self, qualname: str) -> str:
         """``.utils.f`` (relative, from ``pkg.train``) -> ``pkg.utils.f``."""
-        level = len(qualname) - len(qualname.lstrip("."))
-        if not level:
-            return qualname
-        package = self.module.split(".") if self.module else []
-        if not PurePath(self.path).name.startswith("__init__."):
-            package = package[:-1]
-        if level > 1:
-            package = package[: len(package) - (level - 1)] if level - 1 <= len(package) else []
-        rest = qualname[level:]
-        return ".".join([*package, rest]) if package else rest
+        return _absolute_name(qualname, self.module, self.path)
 
     def _lookup(self, qualname: str) -> tuple[ModuleSummary, str] | None:
         """The summary of the tree's module ``qualname`` lives in, and its name there."""
@@ -774,13 +779,7 @@ class ProjectView:
         source = summary.reexports.get(name)
         if source is None:
             return False
-        level = len(source) - len(source.lstrip("."))
-        if level:
-            package = module.split(".")
-            if not PurePath(path).name.startswith("__init__."):
-                package = package[:-1]
-            package = package[: len(package) - (level - 1)] if level > 1 else package
-            source = ".".join([*package, source[level:]])
+        source = _absolute_name(source, module, path)
         return source != qualname and self.clipper(source, depth + 1)
 
     def scaler_stepper(self, qualname: str) -> int | None:

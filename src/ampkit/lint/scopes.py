@@ -26,6 +26,7 @@ __all__ = [
     "field_key",
     "item_key",
     "member_of",
+    "parameter_names",
     "parse_key",
     "position",
     "read_statements",
@@ -63,6 +64,12 @@ class Bindings:
 
 #: a position after every statement (the end of a scope)
 END = (1 << 30, 0)
+
+
+def parameter_names(function: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) -> set[str]:
+    """The names a function's parameters bind (positional and keyword-only)."""
+    args = function.args
+    return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
 
 
 def position(node: ast.AST) -> tuple[int, int]:

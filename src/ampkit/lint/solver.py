@@ -22,11 +22,13 @@ from ampkit.lint.project import ProjectView, note_dtype_keywords, option_summary
 from ampkit.lint.scopes import (
     END,
     STATEMENT_TYPES,
+    Binding,
     Bindings,
     atom_name,
     constants_of,
     field_key,
     member_of,
+    parameter_names,
     parse_key,
     position,
     read_statements,
@@ -471,21 +473,27 @@ class Solver:
         self._memo[memo] = value
         return value
 
-    def _resolve(self, key: str, where: Where, node: ast.AST | None, depth: int) -> object:
+    def _binding_at(self, key: str, where: Where) -> Binding | None:
+        """The last binding of ``key`` before ``where`` in its scope whose conditions hold."""
         source = where.source
         for binding in reversed(source.by_key.get(key, ())):
             if binding.scope is not where.scope or binding.pos >= where.pos:
                 continue
-            at = Where(source, binding.scope, binding.pos)
-            if not self._tests_hold(binding.tests, at):
-                continue
+            if self._tests_hold(binding.tests, Where(source, binding.scope, binding.pos)):
+                return binding
+        return None
+
+    def _resolve(self, key: str, where: Where, node: ast.AST | None, depth: int) -> object:
+        source = where.source
+        binding = self._binding_at(key, where)
+        if binding is not None:
             if binding.value is None:
                 return self._atom(node or ast.Name(key))
-            return self._eval(binding.value, at, depth + 1)
+            return self._eval(binding.value, Where(source, binding.scope, binding.pos), depth + 1)
         scope = where.scope
         atom = node or parse_key(key)
         if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            params = _parameters(scope)
+            params = parameter_names(scope)
             root = key.split(".", 1)[0]
             if root == "self" and "." in key:
                 return self._from_class(key, scope, atom)
@@ -494,7 +502,7 @@ class Solver:
             outer = source.enclosing.get(id(scope))
             if outer is not None and (
                 any(b.scope is outer for b in source.by_key.get(key, ()))
-                or root in _parameters(outer)
+                or root in parameter_names(outer)
             ):
                 # a closure reads the enclosing function's binding (its last one: the inner
                 # function runs after the outer has bound what it hands it)
@@ -512,11 +520,8 @@ class Solver:
         followed (``optimizer, scaler = init_opt(...)``, a loop target), also in the enclosing
         function of a closure."""
         source = where.source
-        for binding in reversed(source.by_key.get(key, ())):
-            if binding.scope is not where.scope or binding.pos >= where.pos:
-                continue
-            if not self._tests_hold(binding.tests, Where(source, binding.scope, binding.pos)):
-                continue
+        binding = self._binding_at(key, where)
+        if binding is not None:
             return binding.value is None
         scope = where.scope
         outer = source.enclosing.get(id(scope)) if scope is not None else None
@@ -591,11 +596,6 @@ def _normalised_text(node: ast.AST) -> ast.expr | None:
     ):
         return node.func.value
     return None
-
-
-def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
-    args = function.args
-    return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
 
 
 def arm_tests(node: ast.AST, target: ast.AST) -> list[tuple[ast.expr, bool]]:

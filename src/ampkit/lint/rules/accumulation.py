@@ -13,6 +13,7 @@ from ampkit.lint.findings import Finding, Severity
 from ampkit.lint.names import dotted_key
 from ampkit.lint.project import loss_reductions
 from ampkit.lint.rules.base import Rule, register
+from ampkit.lint.scopes import parameter_names
 
 __all__ = ["UndividedAccumulatedLoss"]
 
@@ -190,8 +191,7 @@ class _Provenance:
         home = self.facts.owner_of(at)
         if home is None or self.facts.owner_of(value) is home:
             return False
-        args = home.args
-        if key in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}:
+        if key in parameter_names(home):
             return False
         return any(self.facts.owner_of(v) is home for v in self.facts.assignments.get(key, []))
 
