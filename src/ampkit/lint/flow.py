@@ -456,7 +456,7 @@ class FlowBuilder:
             )
             return
         given = next((kw.value for kw in call.keywords if kw.arg == "loss"), None)
-        if call.args or given is not None:
+        if (call.args or given is not None) and not _gradient_of_itself(recv, call):
             # ``accelerator.backward(loss)``, ``fabric.backward(loss)``, ``engine.backward(loss)``,
             # ``booster.backward(loss=loss, optimizer=optimizer)``
             framework = self.facts.framework_of(obj)
@@ -496,9 +496,10 @@ class FlowBuilder:
         else:
             scaled = bool(feeding) or self.facts.is_scaled(recv)
         loss = scaled_operand(recv) if scaled else recv
-        self._emit(
-            "backward", call, ctx, obj=obj, scaled=scaled, loss=loss, extra={"scales": feeding}
-        )
+        extra: dict[str, object] = {"scales": feeding}
+        if call.args:
+            extra["gradient"] = call.args[0]
+        self._emit("backward", call, ctx, obj=obj, scaled=scaled, loss=loss, extra=extra)
 
     def _cast(
         self,
@@ -575,6 +576,27 @@ class FlowBuilder:
 
 #: tensor methods whose result keeps the loss scale of the tensor they are called on
 _KEEPS_SCALE = frozenset({"mean", "sum", "float", "squeeze", "contiguous"})
+
+
+def _gradient_of_itself(recv: ast.expr, call: ast.Call) -> bool:
+    """Whether ``recv.backward(arg)`` is a tensor's backward given a ``gradient`` that is
+    computed from the tensor itself (``loss.backward(loss / n)``): the argument is the
+    upstream gradient, not a loss handed to a framework, and the tensor backpropagated is
+    ``recv``, undivided (its gradients are scaled by ``loss / n``, not by ``1 / n``). A
+    receiver that only appears inside a call (``torch.ones_like(loss) / n``) leaves the
+    argument standing for the loss."""
+    key = dotted_key(recv)
+    if key is None or not call.args:
+        return False
+
+    def mentions(node: ast.AST) -> bool:
+        if isinstance(node, ast.Call):
+            return False
+        if isinstance(node, (ast.Name, ast.Attribute)) and dotted_key(node) == key:
+            return True
+        return any(mentions(child) for child in ast.iter_child_nodes(node))
+
+    return mentions(call.args[0])
 
 
 def _no_limit(call: ast.Call) -> bool:

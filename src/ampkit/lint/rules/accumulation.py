@@ -489,6 +489,9 @@ class UndividedAccumulatedLoss(Rule):
     Fabric's ``fabric.backward`` and Lightning's ``self.manual_backward`` do not divide the
     loss, so they count like ``loss.backward()``; Accelerate's ``accelerator.backward`` and
     a DeepSpeed engine's ``backward`` divide by their own accumulation count and do not.
+    ``loss.backward(loss / n)`` is not divided either: the quotient is the upstream
+    gradient, so the gradients are multiplied by the loss's value; a constant gradient
+    (``torch.ones_like(loss) / n``) divides them.
 
     Bad::
 
@@ -576,6 +579,13 @@ class UndividedAccumulatedLoss(Rule):
                     message = (
                         f"gradients are accumulated over {divisor} iterations but the loss is "
                         f"not divided by {divisor}"
+                    )
+                gradient = b.extra.get("gradient")
+                if isinstance(gradient, ast.expr) and _has_division(gradient):
+                    message += (
+                        f" (`{ast.unparse(b.node)}` passes the quotient as the upstream "
+                        "gradient, which multiplies the gradients by the loss itself: "
+                        "backpropagate the divided loss instead)"
                     )
                 yield self.finding(analysis, b.node, message)
 
