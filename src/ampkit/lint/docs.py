@@ -413,9 +413,12 @@ reads, and a name by the binding that reaches its use (`flag_scaler_and_bf16_aut
 `config_dtype_choices_fp16.py`, `flag_dtype_parameter_given_bf16.py`,
 `scaler_rebound_for_bf16.py`, `scaler_conditional_binding.py`,
 `projects/flag_config/`; silent: `fp_scaler_enabled_by_dtype.py`,
-`config_dtype_choices_bf16.py`, `fp_scaler_conditional_binding.py`). Not done: the
-dummy-scaler class or a caller-scaled parameter defined in another file of the project
-(both are read from the linted file only).
+`config_dtype_choices_bf16.py`, `fp_scaler_conditional_binding.py`). A dummy-scaler
+class of another file of the project, also re-exported by its package, is no scaler
+either (`projects/dummy_scaler/`), and a local name bound to no scaler in one function and
+to a GradScaler in another is judged in each function by its own bindings
+(`disabled_scaler_same_name_other_function.py`). Not done: a caller-scaled parameter whose
+callers are in another file (read from the linted file only).
 
 The earlier sets with this version (`benchmarks/lint_real.py score`, one process per set):
 

@@ -29,6 +29,7 @@ from ampkit.lint.names import (
     is_optimizer_name,
     is_scaler_name,
 )
+from ampkit.lint.patterns import scale_returns_its_argument
 from ampkit.lint.project import ProjectView, local_clippers, note_call, wrapper_of
 from ampkit.lint.walk import FunctionNode, Walk
 
@@ -100,6 +101,9 @@ class FileFacts:
         #: keys that only ever hold no scaler (see :meth:`_collect_not_scalers`; filled
         #: once the bindings are known)
         self.not_scalers: set[str] = set()
+        #: id of a function -> its local names every binding of which there is no scaler
+        #: (``scaler = GradScaler(enabled=False)`` in one function, a real one in another)
+        self.local_not_scalers: dict[int, set[str]] = {}
         #: classes of this file whose ``scale(x)`` returns ``x`` (dummy scalers)
         self.dummy_classes: set[str] = set()
         #: function name -> parameters every call here passes a scaled loss
@@ -391,14 +395,27 @@ class FileFacts:
                     queue.append(by_id[caller])
         return interesting, eventful | interesting
 
-    def is_scaler(self, key: str | None) -> bool:
+    def is_scaler(self, key: str | None, at: ast.AST | None = None) -> bool:
         """Whether ``key`` holds a GradScaler (constructed here, or named like one), and is
-        not one that only ever holds no scaler (:meth:`_collect_not_scalers`)."""
+        not one that only ever holds no scaler (:meth:`_collect_not_scalers`), in the file
+        or, for a local name read at ``at``, in the function it is read in."""
         return (
             key is not None
-            and key not in self.not_scalers
+            and not self.holds_no_scaler(key, at)
             and (key in self.scaler_keys or is_scaler_name(key))
         )
+
+    def holds_no_scaler(self, key: str | None, at: ast.AST | None = None) -> bool:
+        """Whether every binding of ``key`` is no scaler (a literal ``enabled=False``, a
+        dummy class): in the whole file, or for a local name, in the function ``at`` is in."""
+        if key is None:
+            return False
+        if key in self.not_scalers:
+            return True
+        if at is None or not self.local_not_scalers or "." in key:
+            return False
+        owner = self.owner_of(at)
+        return owner is not None and key in self.local_not_scalers.get(id(owner), ())
 
     def _collect_not_scalers(self) -> set[str]:
         """Keys every binding of which is no scaler: a GradScaler built with a literal
@@ -409,12 +426,37 @@ class FileFacts:
         dummies = self.dummy_classes = {
             node.name  # type: ignore[attr-defined]
             for node in self.of_type(ast.ClassDef)
-            if _scale_returns_its_argument(node)  # type: ignore[arg-type]
+            if scale_returns_its_argument(node)  # type: ignore[arg-type]
         }
         found: set[str] = set()
         for key, values in self.assignments.items():
             if values and all(self._holds_no_scaler(v, dummies) for v in values):
                 found.add(key)
+        candidates = {
+            key
+            for key, values in self.assignments.items()
+            if "." not in key
+            and key not in found
+            and any(self._holds_no_scaler(v, dummies) for v in values)
+        }
+        if candidates:
+            # the same local name bound to no scaler in one function, to a scaler in another
+            local: dict[int, dict[str, bool]] = defaultdict(dict)
+            for node, owner in zip(self.nodes, self.owners, strict=True):
+                if owner is None or not isinstance(node, (ast.Assign, ast.AnnAssign)):
+                    continue
+                if node.value is None:
+                    continue
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in candidates:
+                        seen = local[id(owner)]
+                        none = self._holds_no_scaler(node.value, dummies)
+                        seen[target.id] = seen.get(target.id, True) and none
+            self.local_not_scalers = {
+                owner: {name for name, none in names.items() if none}
+                for owner, names in local.items()
+            }
         return found
 
     def _collect_scaled_params(self) -> dict[str, set[str]]:
@@ -476,7 +518,20 @@ class FileFacts:
             return False
         if self.resolver.scaler_ctor(value) is value:
             return self.resolver.scaler_enabled(value) == "no"
-        return isinstance(value.func, ast.Name) and value.func.id in dummies
+        return self.builds_dummy_scaler(value, dummies)
+
+    def builds_dummy_scaler(self, call: ast.Call, dummies: set[str] | None = None) -> bool:
+        """Whether ``call`` builds an object of a class whose ``scale(x)`` returns ``x``:
+        one of this file, or one of another file of the tree it imports."""
+        func = call.func
+        if isinstance(func, ast.Name) and func.id in (
+            self.dummy_classes if dummies is None else dummies
+        ):
+            return True
+        if self.project is None or not isinstance(func, (ast.Name, ast.Attribute)):
+            return False
+        qual = self.imports.qualname(func)
+        return qual is not None and "." in qual and self.project.dummy_scaler(qual)
 
     def calls_clipper(self, func: ast.expr) -> bool:
         """Whether calling ``func`` clips gradients: a function of the tree that calls
@@ -584,7 +639,7 @@ class FileFacts:
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr == "scale"
-                and self.is_scaler(dotted_key(sub.func.value))
+                and self.is_scaler(dotted_key(sub.func.value), sub)
             ):
                 return True
         return False
@@ -599,28 +654,7 @@ class FileFacts:
                 isinstance(sub, ast.Call)
                 and isinstance(sub.func, ast.Attribute)
                 and sub.func.attr == "scale"
-                and self.is_scaler(dotted_key(sub.func.value))
+                and self.is_scaler(dotted_key(sub.func.value), sub)
             ):
                 return True
         return False
-
-
-def _scale_returns_its_argument(node: ast.ClassDef) -> bool:
-    """Whether the class defines ``scale(self, x)`` whose body is ``return x`` (a docstring
-    aside): a stand-in for a GradScaler that scales nothing."""
-    for stmt in node.body:
-        if isinstance(stmt, ast.FunctionDef) and stmt.name == "scale":
-            params = stmt.args.posonlyargs + stmt.args.args
-            body = [
-                b
-                for b in stmt.body
-                if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))
-            ]
-            return (
-                len(params) >= 2
-                and len(body) == 1
-                and isinstance(body[0], ast.Return)
-                and isinstance(body[0].value, ast.Name)
-                and body[0].value.id == params[1].arg
-            )
-    return False

@@ -415,23 +415,23 @@ class FlowBuilder:
         ):
             # an FSDP module's ``model.clip_grad_norm_(max_norm)``: clips what it holds
             self._emit("clip", call, ctx, obj=obj, extra={"get_scale": uses_get_scale(call)})
-        elif attr == "scale" and facts.is_scaler(obj):
+        elif attr == "scale" and facts.is_scaler(obj, call):
             event = self._emit("scale", call, ctx, obj=obj, target=target)
             self._scale_by_call[id(call)] = event
-        elif attr == "step" and facts.is_scaler(obj):
+        elif attr == "step" and facts.is_scaler(obj, call):
             self._emit("scaler_step", call, ctx, obj=obj, arg=arg)
-        elif attr == "step" and obj in facts.not_scalers and first is not None:
+        elif attr == "step" and facts.holds_no_scaler(obj, call) and first is not None:
             # a disabled GradScaler's ``step(optimizer)`` is ``optimizer.step()``
             self._emit("opt_step", call, ctx, obj=dotted_key(first))
         elif attr == "step" and not call.args and facts.is_optimizer(obj):
             self._emit("opt_step", call, ctx, obj=obj)
         elif attr == "step" and not call.args and facts.framework_of(obj) == "deepspeed":
             self._emit("opt_step", call, ctx, obj=obj, framework=True)
-        elif attr == "update" and facts.is_scaler(obj):
+        elif attr == "update" and facts.is_scaler(obj, call):
             self._emit("scaler_update", call, ctx, obj=obj)
         elif (
-            attr == "unscale_" or attr.startswith("unscale_") and facts.is_scaler(obj)
-        ) and obj not in facts.not_scalers:
+            attr == "unscale_" or attr.startswith("unscale_") and facts.is_scaler(obj, call)
+        ) and not facts.holds_no_scaler(obj, call):
             # (a disabled GradScaler's ``unscale_`` does nothing)
             self._emit("unscale", call, ctx, obj=obj, arg=arg)
         elif attr == "zero_grad":

@@ -17,6 +17,7 @@ __all__ = [
     "loaded_keys",
     "rescales_grads",
     "runs_once",
+    "scale_returns_its_argument",
     "scaled_operand",
     "terminates",
     "uses_get_scale",
@@ -143,4 +144,25 @@ def clamps_in_hook(call: ast.Call) -> bool:
             )
             if "clamp" in name.lower() or "clip" in name.lower():
                 return True
+    return False
+
+
+def scale_returns_its_argument(node: ast.ClassDef) -> bool:
+    """Whether the class defines ``scale(self, x)`` whose body is ``return x`` (a docstring
+    aside): a stand-in for a GradScaler that scales nothing."""
+    for stmt in node.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "scale":
+            params = stmt.args.posonlyargs + stmt.args.args
+            body = [
+                b
+                for b in stmt.body
+                if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))
+            ]
+            return (
+                len(params) >= 2
+                and len(body) == 1
+                and isinstance(body[0], ast.Return)
+                and isinstance(body[0].value, ast.Name)
+                and body[0].value.id == params[1].arg
+            )
     return False

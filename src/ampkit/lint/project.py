@@ -40,7 +40,7 @@ from ampkit.lint.names import (
     dotted_key,
     is_scaler_name,
 )
-from ampkit.lint.patterns import clamps_in_hook
+from ampkit.lint.patterns import clamps_in_hook, scale_returns_its_argument
 
 __all__ = [
     "ANY_ARGS",
@@ -101,6 +101,9 @@ class ModuleSummary:
     #: (``def step_and_log(scaler, opt, ...): scaler.step(opt); scaler.update()``): name ->
     #: the position of that parameter
     scaler_steppers: dict[str, int] = field(default_factory=dict)
+    #: module-level classes whose ``scale(x)`` returns ``x`` (stand-ins for a GradScaler
+    #: that scale nothing: ``DummyScaler()``), no scaler for the files that import them
+    dummy_scalers: set[str] = field(default_factory=set)
     #: names the module imports from another module of the tree (``from .clip_grad import
     #: ClipGrad`` in a package's ``__init__``): name -> the import as written
     reexports: dict[str, str] = field(default_factory=dict)
@@ -320,6 +323,12 @@ def summarise(text: str) -> ModuleSummary | None:
         summary.clippers = local_clippers(tree, table)
     if ".update()" in text:
         summary.scaler_steppers = scaler_steppers(tree)
+    if "def scale" in text:
+        summary.dummy_scalers = {
+            stmt.name
+            for stmt in tree.body
+            if isinstance(stmt, ast.ClassDef) and scale_returns_its_argument(stmt)
+        }
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and (node.level or node.module):
             source = "." * node.level + (node.module or "")
@@ -789,6 +798,24 @@ class ProjectView:
             return None
         found = self._lookup(qualname)
         return found[0].scaler_steppers.get(found[1]) if found is not None else None
+
+    def dummy_scaler(self, qualname: str) -> bool:
+        """Whether ``qualname`` names a class of the tree whose ``scale(x)`` returns ``x``
+        (:func:`~ampkit.lint.patterns.scale_returns_its_argument`), also through a package's
+        re-export of it."""
+        if qualname.startswith("torch."):
+            return False
+        found = self._entry(qualname)
+        if found is None:
+            return False
+        (module, path, summary), name = found
+        if name in summary.dummy_scalers:
+            return True
+        source = summary.reexports.get(name)
+        if source is None:
+            return False
+        source = _absolute_name(source, module, path)
+        return source != qualname and self.dummy_scaler(source)
 
     def hook_clipper(self, qualname: str) -> bool:
         """Whether ``qualname`` names a function of the tree that registers gradient hooks

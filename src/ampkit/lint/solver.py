@@ -437,11 +437,7 @@ class Solver:
             if enabled is None:
                 return ScalerValue(True)
             return ScalerValue(truth(self._eval(enabled, where, depth + 1)))
-        if (
-            isinstance(call.func, ast.Name)
-            and where.source.linted
-            and call.func.id in facts.dummy_classes
-        ):
+        if where.source.linted and facts.builds_dummy_scaler(call):
             return None
         if qual == "getattr" and len(call.args) >= 2 and dotted_key(call.args[0]) == "torch":
             name = self._eval(call.args[1], where, depth + 1)

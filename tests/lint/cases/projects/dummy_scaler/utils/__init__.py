@@ -1,0 +1,3 @@
+from .scaling import HalvingScaler, IdentityScaler
+
+__all__ = ["HalvingScaler", "IdentityScaler"]
