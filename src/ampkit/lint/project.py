@@ -314,7 +314,7 @@ def summarise(text: str) -> ModuleSummary | None:
             summary.scaler_update = True
     if "add_argument" in text or "Literal" in text:
         summary.options = option_summary(calls, fields)
-    summary.reductions = loss_reductions(tree)
+    summary.reductions = loss_reductions(tree, calls)
     for node in imports:
         if isinstance(node, ast.ImportFrom):
             summary.imported.add("." * node.level + (node.module or ""))
@@ -423,10 +423,32 @@ _LOSSES = frozenset(
 )  # fmt: skip
 
 
-def loss_reductions(tree: ast.AST) -> set[str]:
+def _loss_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _reduction(call: ast.Call) -> str | ast.expr:
+    """A loss call's reduction: ``"mean"`` when none is passed, the literal, ``"?"`` when
+    ``**kwargs`` may carry one, or the expression passed."""
+    value = next((kw.value for kw in call.keywords if kw.arg == "reduction"), None)
+    if value is None:
+        return "?" if any(kw.arg is None for kw in call.keywords) else "mean"
+    if isinstance(value, ast.Constant):
+        return str(value.value)
+    return value
+
+
+def loss_reductions(tree: ast.AST, calls: list[ast.Call] | None = None) -> set[str]:
     """The reductions the torch loss calls of ``tree`` use: the ``reduction=`` literal, the
     literal default of the enclosing function's parameter it names, ``"mean"`` when none is
-    passed, ``"?"`` when it cannot be told."""
+    passed, ``"?"`` when it cannot be told. ``calls``: the tree's calls, when known."""
+    if calls is None:
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    reductions = [_reduction(c) for c in calls if _loss_name(c) in _LOSSES]
+    if not any(isinstance(r, ast.Name) for r in reductions):
+        # no parameter to follow to its default: no need to walk the functions
+        return {r if isinstance(r, str) else "?" for r in reductions}
     found: set[str] = set()
 
     def visit(node: ast.AST, defaults: dict[str, object]) -> None:
@@ -443,19 +465,14 @@ def loss_reductions(tree: ast.AST) -> set[str]:
                 if isinstance(kw_default, ast.Constant):
                     inner[arg.arg] = kw_default.value
             defaults = inner
-        if isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if name in _LOSSES:
-                value = next((kw.value for kw in node.keywords if kw.arg == "reduction"), None)
-                if value is None:
-                    found.add("?" if any(kw.arg is None for kw in node.keywords) else "mean")
-                elif isinstance(value, ast.Constant):
-                    found.add(str(value.value))
-                elif isinstance(value, ast.Name) and isinstance(defaults.get(value.id), str):
-                    found.add(str(defaults[value.id]))
-                else:
-                    found.add("?")
+        if isinstance(node, ast.Call) and _loss_name(node) in _LOSSES:
+            reduction = _reduction(node)
+            if isinstance(reduction, str):
+                found.add(reduction)
+            elif isinstance(reduction, ast.Name) and isinstance(defaults.get(reduction.id), str):
+                found.add(str(defaults[reduction.id]))
+            else:
+                found.add("?")
         for child in ast.iter_child_nodes(node):
             visit(child, defaults)
 

@@ -250,7 +250,8 @@ def _sum_reduced(analysis: FileAnalysis) -> bool:
     sum-reduced (``reduction="sum"``, written or the default of the parameter passed on):
     the gradients of ``n`` summed micro-batch losses are those of one summed big batch, so
     there is nothing to divide by ``n`` (the loss is normalised by its count elsewhere)."""
-    own = loss_reductions(analysis.tree)
+    calls = analysis.facts.of_type(ast.Call)
+    own = loss_reductions(analysis.tree, calls)  # type: ignore[arg-type]
     found = own if analysis.project is None else analysis.project.loss_reductions(own)
     return found == {"sum"}
 
@@ -521,7 +522,7 @@ class UndividedAccumulatedLoss(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         provenance: dict[str, _Provenance] = {}
-        if _sum_reduced(analysis):
+        if not any(unit.of("backward") for unit in analysis.units) or _sum_reduced(analysis):
             return
         for unit in analysis.units:
             for b in unit.of("backward"):
