@@ -490,6 +490,9 @@ class UndividedAccumulatedLoss(Rule):
     Fabric's ``fabric.backward`` and Lightning's ``self.manual_backward`` do not divide the
     loss, so they count like ``loss.backward()``; Accelerate's ``accelerator.backward`` and
     a DeepSpeed engine's ``backward`` divide by their own accumulation count and do not.
+    A helper class with no backward of its own that steps every ``n`` calls and hands back
+    ``self.scaler.scale(loss)`` for its callers' backward is reported where it scales the
+    undivided loss (unless a call in the file passes a quotient).
     ``loss.backward(loss / n)`` is not divided either: the quotient is the upstream
     gradient, so the gradients are multiplied by the loss's value; a constant gradient
     (``torch.ones_like(loss) / n``) divides them.
@@ -522,6 +525,7 @@ class UndividedAccumulatedLoss(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         provenance: dict[str, _Provenance] = {}
+        yield from self._scaling_helpers(analysis)
         if not any(unit.of("backward") for unit in analysis.units) or _sum_reduced(analysis):
             return
         for unit in analysis.units:
@@ -590,6 +594,45 @@ class UndividedAccumulatedLoss(Rule):
                     )
                 yield self.finding(analysis, b.node, message)
 
+    def _scaling_helpers(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        """A helper class with no backward of its own whose step method steps every ``n``
+        calls (``if cur_iter % self.accumulate_iter == 0: self.scaler.step(opt)``) and whose
+        method hands back ``self.scaler.scale(loss)`` for its callers to backpropagate: the
+        loss it is given is scaled undivided, so ``n`` undivided losses add up before the
+        step. Silent when a call of the method in this file passes a quotient."""
+        by_class: dict[int, list[Unit]] = {}
+        for unit in analysis.units:
+            if unit.cls is not None:
+                by_class.setdefault(id(unit.cls), []).append(unit)
+        for units in by_class.values():
+            if any(u.of("backward") for u in units):
+                continue
+            divisor = next(
+                (
+                    e.ctx.accum
+                    for u in units
+                    for e in u.of("scaler_step", "opt_step")
+                    if e.ctx.accum is not None
+                ),
+                None,
+            )
+            if divisor is None:
+                continue
+            for unit in units:
+                for scale in unit.of("scale"):
+                    loss = _returned_parameter_scaled(unit.node, scale.node)
+                    if loss is None or _called_with_quotient(analysis, unit.node):
+                        continue
+                    name = getattr(unit.node, "name", "?")
+                    yield self.finding(
+                        analysis,
+                        scale.node,
+                        f"this class steps every `{divisor}` calls, but `{name}` scales the "
+                        f"`{loss}` it is given undivided: the backward of what it returns adds "
+                        f"up `{divisor}` undivided losses before the step; scale `{loss} / "
+                        f"{divisor}` instead",
+                    )
+
     @staticmethod
     def _accumulating_step(steps: list[Event], b: Event) -> Event | None:
         """The guarded step that consumes ``b``'s gradients. The first step after ``b`` in
@@ -607,3 +650,33 @@ class UndividedAccumulatedLoss(Rule):
             if s.ctx.accum and s.loops and s.loops[-1] == b.loops[-1] and not exclusive(s, b):
                 return s
         return None
+
+
+def _returned_parameter_scaled(fn: ast.AST, call: ast.AST) -> str | None:
+    """The parameter ``fn`` returns scaled by ``call`` (``return self.scaler.scale(loss)``,
+    ``loss`` a parameter never rebound in ``fn``), ``None`` for any other shape."""
+    if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    if not isinstance(call, ast.Call) or len(call.args) != 1:
+        return None
+    arg = call.args[0]
+    if not isinstance(arg, ast.Name) or arg.id not in parameter_names(fn):
+        return None
+    returned = any(isinstance(n, ast.Return) and n.value is call for n in ast.walk(fn))
+    rebound = any(
+        isinstance(n, ast.Name) and n.id == arg.id and isinstance(n.ctx, ast.Store)
+        for n in ast.walk(fn)
+    )
+    return arg.id if returned and not rebound else None
+
+
+def _called_with_quotient(analysis: FileAnalysis, fn: ast.AST) -> bool:
+    """Whether a call of the method ``fn`` in this file passes a quotient (the caller
+    divides the loss before it is scaled)."""
+    name = getattr(fn, "name", None)
+    for call in analysis.facts.of_type(ast.Call):
+        func = call.func  # type: ignore[attr-defined]
+        if isinstance(func, ast.Attribute) and func.attr == name:
+            if any(_has_division(a) for a in call.args):  # type: ignore[attr-defined]
+                return True
+    return False

@@ -13,6 +13,7 @@ from ampkit.lint.frameworks import BACKWARD_FRAMEWORKS, framework_scales
 from ampkit.lint.names import BF16, FP16, AutocastInfo, dotted_key
 from ampkit.lint.patterns import loaded_keys
 from ampkit.lint.rules.base import Rule, register
+from ampkit.lint.scopes import atom_name
 
 __all__ = [
     "BackwardInsideAutocast",
@@ -392,7 +393,7 @@ class ScalerWithBfloat16(Rule):
             if ctor is None or keys & paired:
                 continue
             answer = analysis.pairing.scaler_on_bf16_flag(stmt, ctor)  # type: ignore[arg-type]
-            if answer.verdict == "bad":
+            if answer.verdict == "bad" and not _flag_enables_fp16_autocast(analysis, value):
                 yield self.finding(
                     analysis,
                     ctor,
@@ -419,6 +420,31 @@ class ScalerWithBfloat16(Rule):
             min(used, key=lambda e: e.order).node,
             "GradScaler used with bfloat16 autocast; bfloat16 does not need loss scaling",
         )
+
+
+def _flag_enables_fp16_autocast(analysis: FileAnalysis, value: ast.expr) -> bool:
+    """Whether a flag the scaler's construction reads also enables a float16 autocast of
+    the file (``GradScaler() if use_bfloat16 else None`` beside ``autocast(dtype=
+    torch.float16, enabled=use_bfloat16)``): whatever its name says, the scaler serves
+    float16."""
+    flags = {
+        atom_name(n)
+        for n in ast.walk(value)
+        if isinstance(n, (ast.Name, ast.Attribute)) and dotted_key(n) is not None
+    }
+    for unit in analysis.units:
+        for region in unit.of("autocast"):
+            info = _info(region)
+            call = info.node
+            if info.dtype != FP16 or not isinstance(call, ast.Call):
+                continue
+            enabled = next((kw.value for kw in call.keywords if kw.arg == "enabled"), None)
+            if enabled is not None and any(
+                isinstance(n, (ast.Name, ast.Attribute)) and atom_name(n) in flags
+                for n in ast.walk(enabled)
+            ):
+                return True
+    return False
 
 
 def _scales_of(backward: Event) -> list[Event]:
