@@ -48,6 +48,10 @@ class Context:
     amp_conditional: bool = False
     inlined: bool = False
     base: int = 0
+    #: for the events of an inlined call: the call in the unit's own code that led there,
+    #: and the autocast region open at that call (``with autocast(): helper(batch)``)
+    site: ast.AST | None = None
+    site_autocast: AutocastInfo | None = None
     #: inside ``torch.no_grad()`` / ``torch.inference_mode()``: nothing here is differentiated
     grad_free: bool = False
 

@@ -366,7 +366,7 @@ class FlowBuilder:
         ):
             # ``runner.engine.backward_loss(loss)``: the one class of the file with that
             # method (not the caller's own class: ``self.model.train()`` in ``Trainer``)
-            self._inline(sole, ctx)
+            self._inline(sole, ctx, site=call)
             return
         if rescales_grads(call):
             self._emit("grad_rescale", call, ctx)
@@ -374,7 +374,7 @@ class FlowBuilder:
         if isinstance(func, ast.Name):
             callee = self.local.get(func.id) or facts.functions.get(func.id)
             if callee is not None:
-                self._inline(callee, ctx)
+                self._inline(callee, ctx, site=call)
             return
         if not isinstance(func, ast.Attribute):
             return
@@ -556,6 +556,8 @@ class FlowBuilder:
         self._inlines += 1
         self._stack.append(fn)
         inner = replace(ctx, inlined=True, base=len(ctx.loops))
+        if not ctx.inlined:
+            inner = replace(inner, site=site, site_autocast=ctx.autocast)
         builder = self if facts is self.facts else self._elsewhere(facts, site)
         inner = builder._entered(fn, inner)
         try:

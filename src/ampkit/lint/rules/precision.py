@@ -543,6 +543,8 @@ class BackwardInsideAutocast(Rule):
     whose only finding is this one makes ``ampkit lint`` exit with 1, so CI sees it. A
     function decorated with ``@torch.autocast(...)`` is an autocast block too: a backward in
     its body runs under it (put the decorator on the forward-only loss function instead).
+    A call inside the block of a function or method of the file whose body runs the
+    backward (``with autocast(): train_step(batch)``) is reported at the call.
 
     Bad::
 
@@ -564,13 +566,29 @@ class BackwardInsideAutocast(Rule):
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
         for unit in analysis.units:
+            sites: set[int] = set()
             for b in unit.of("backward"):
-                if b.ctx.autocast is not None and not b.ctx.inlined and not b.framework:
+                if b.ctx.autocast is None or b.framework:
+                    continue
+                if not b.ctx.inlined:
                     yield self.finding(
                         analysis,
                         b.node,
                         "backward() inside the autocast block; end the block after the loss",
                     )
+                    continue
+                site = b.ctx.site
+                if site is None or b.ctx.site_autocast is not b.ctx.autocast or id(site) in sites:
+                    continue  # (the callee's own autocast is reported in the callee)
+                sites.add(id(site))
+                text = ast.unparse(site.func) if isinstance(site, ast.Call) else "the call"
+                yield self.finding(
+                    analysis,
+                    site,
+                    f"`{text}(...)` runs backward() (line {getattr(b.node, 'lineno', '?')}) "
+                    "inside this autocast block; call it after the block, or end the block "
+                    "after the loss",
+                )
 
 
 def _saved_models(unit: Unit, save: Event) -> set[str]:
