@@ -51,7 +51,8 @@ class ScalerStepWithoutUpdate(Rule):
     optimizer_idx=None, num_optimizers=1)`` stepping every call but updating only ``if
     optimizer_idx is not None and optimizer_idx + 1 == num_optimizers`` never updates with one
     optimizer (updating after the last of several, ``optimizer_idx is None or ...``, is
-    right).
+    right). A step through a Lightning or Fabric precision plugin's scaler
+    (``trainer.precision_plugin.scaler.step(opt)``) is not: the plugin updates it.
 
     Good::
 
@@ -74,6 +75,8 @@ class ScalerStepWithoutUpdate(Rule):
             training = unit.loops_with("backward")
             has_updates = bool(unit.of("scaler_update"))
             for s in unit.of("scaler_step"):
+                if s.obj is not None and _PLUGIN_SCALER.search(s.obj):
+                    continue  # Lightning's or Fabric's precision plugin updates its scaler
                 narrow = _only_when(unit, s)
                 if narrow is not None:
                     yield self.finding(
@@ -101,6 +104,12 @@ class ScalerStepWithoutUpdate(Rule):
                     f"{s.obj}.step() without {s.obj}.update() in the same loop iteration",
                 )
 
+
+#: the GradScaler of a Lightning or Fabric precision plugin (``trainer.precision_plugin.
+#: scaler``, ``fabric.strategy.precision.scaler``): the plugin calls its ``update()`` after
+#: the optimizer steps it drives, so a callback stepping its own optimizer through it needs
+#: none
+_PLUGIN_SCALER = re.compile(r"(?:^|\.)(?:precision_plugin|precision)\.scaler$")
 
 #: names of a condition that switches AMP itself (a disabled scaler's step needs no update)
 _AMP_FLAG = re.compile(r"amp|fp16|half|scal|precision|mixed|dtype", re.I)
