@@ -24,6 +24,6 @@ def train_prepared(accelerator, model, optimizer, loader):
     for batch in loader:
         with accelerator.autocast():
             loss = model(batch)
-            accelerator.backward(loss)
+        accelerator.backward(loss)
         optimizer.zero_grad()  # expect: AMP014
         optimizer.step()

@@ -544,7 +544,10 @@ class BackwardInsideAutocast(Rule):
     function decorated with ``@torch.autocast(...)`` is an autocast block too: a backward in
     its body runs under it (put the decorator on the forward-only loss function instead).
     A call inside the block of a function or method of the file whose body runs the
-    backward (``with autocast(): train_step(batch)``) is reported at the call.
+    backward (``with autocast(): train_step(batch)``) is reported at the call. A
+    framework's backward (``accelerator.backward(loss)``, ``fabric.backward(loss)``) counts
+    like ``loss.backward()``, and Accelerate's and Fabric's ``autocast()`` blocks are
+    autocast blocks too.
 
     Bad::
 
@@ -565,10 +568,18 @@ class BackwardInsideAutocast(Rule):
     summary = "backward called inside the autocast block."
 
     def check(self, analysis: FileAnalysis) -> Iterator[Finding]:
+        regions = _framework_autocast_blocks(analysis)
         for unit in analysis.units:
             sites: set[int] = set()
             for b in unit.of("backward"):
-                if b.ctx.autocast is None or b.framework:
+                if b.ctx.autocast is None:
+                    block = _inside(analysis, b.node, regions) if not b.ctx.inlined else None
+                    if block is not None:
+                        yield self.finding(
+                            analysis,
+                            b.node,
+                            f"backward() inside the `{block}` block; end the block after the loss",
+                        )
                     continue
                 if not b.ctx.inlined:
                     yield self.finding(
@@ -589,6 +600,45 @@ class BackwardInsideAutocast(Rule):
                     "inside this autocast block; call it after the block, or end the block "
                     "after the loss",
                 )
+
+
+def _framework_autocast_blocks(analysis: FileAnalysis) -> list[ast.With]:
+    """``with accelerator.autocast():`` and ``with fabric.autocast():`` blocks: the
+    framework's autocast, its dtype set where the framework object is built."""
+    facts = analysis.facts
+    found: list[ast.With] = []
+    for node in facts.of_type(ast.With):
+        for item in node.items:  # type: ignore[attr-defined]
+            call = item.context_expr
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "autocast"
+                and facts.framework_of(dotted_key(call.func.value)) in ("accelerate", "fabric")
+            ):
+                found.append(node)  # type: ignore[arg-type]
+                break
+    return found
+
+
+def _inside(analysis: FileAnalysis, node: ast.AST, blocks: list[ast.With]) -> str | None:
+    """The framework autocast (``accelerator.autocast()``) of the block of ``blocks`` whose
+    body ``node`` is written in, in the same function; ``None`` when it is in none."""
+    line = getattr(node, "lineno", 0)
+    owner = analysis.facts.owner_of(node)
+    for block in blocks:
+        if (
+            block.body[0].lineno <= line <= (block.end_lineno or 0)
+            and analysis.facts.owner_of(block) is owner
+        ):
+            return next(
+                ast.unparse(item.context_expr)
+                for item in block.items
+                if isinstance(item.context_expr, ast.Call)
+                and isinstance(item.context_expr.func, ast.Attribute)
+                and item.context_expr.func.attr == "autocast"
+            )
+    return None
 
 
 def _saved_models(unit: Unit, save: Event) -> set[str]:
