@@ -116,12 +116,14 @@ class Unit:
             found = self._loops[kinds] = {loop for e in self.of(*kinds) for loop in e.loops}
         return found
 
-    def varies_in(self, arm_key: str, loop: int) -> bool:
+    def varies_in(self, arm_key: str, loop: int, ignoring: str | None = None) -> bool:
         """Whether a condition reads a variable that ``loop`` rebinds (a counter, the loop
-        target, a flag set inside it), so it can be true in one iteration and false in the next."""
+        target, a flag set inside it), so it can be true in one iteration and false in the next.
+        ``ignoring`` is a variable whose rebinding does not count (a scaler the loop replaces
+        by a fresh one is no less there for it)."""
         names = self.test_names.get(arm_key)
         bound = self.loop_bound.get(loop)
-        return bool(names and bound and names & bound)
+        return bool(names and bound and (names & bound) - {ignoring})
 
 
 def _order(event: Event) -> int:

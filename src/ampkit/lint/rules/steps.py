@@ -247,7 +247,9 @@ class DoubleUnscale(Rule):
 
     An update in each arm of a condition counts as one on every path, also when one arm
     hands the scaler to a function of another module that steps and updates it
-    (``debug_utils.step_and_log_diff(scaler, opt, ...)``).
+    (``debug_utils.step_and_log_diff(scaler, opt, ...)``), and when the arm that skips the
+    update replaces the scaler by a new one (``self.scaler = GradScaler()``), which has
+    unscaled nothing yet.
 
     Accelerate's ``accelerator.clip_grad_norm_`` / ``clip_grad_value_`` unscale the
     gradients themselves: ``accelerator.unscale_gradients()`` right before them unscales
@@ -326,6 +328,8 @@ class DoubleUnscale(Rule):
                 continue
             if unit.between(first, second, "scaler_update"):
                 return None
+            if any(n.target == second.obj for n in unit.between(first, second, "scaler_new")):
+                return None  # the scaler was replaced by a fresh one in between
             return first
         return None
 
@@ -335,31 +339,80 @@ class DoubleUnscale(Rule):
         if not unscale.loops:
             return None
         loop = unscale.loops[-1]
+        # a fresh scaler bound to the same name (``self.scaler = GradScaler()`` on the arm
+        # that skips the update) has no unscaled optimizer either: it counts as an update
         updates = [
             u
-            for u in unit.related(unscale, "scaler_update")
-            if loop in u.loops and not exclusive(u, unscale)
+            for u in unit.related(unscale, "scaler_update", "scaler_new")
+            if loop in u.loops
+            and not exclusive(u, unscale)
+            and (u.kind == "scaler_update" or u.target == unscale.obj)
         ]
         if not updates:
             return None
         mine = set(unscale.ctx.arms)
-        guard: str | None = None
-        taken: set[tuple[str, int]] = set()
+        options: list[list[tuple[str, int]]] = []
         for update in updates:
             varying = [
                 (key, arm)
                 for key, arm in update.ctx.arms
-                if (key, arm) not in mine and unit.varies_in(key, loop)
+                if (key, arm) not in mine and unit.varies_in(key, loop, ignoring=unscale.obj)
             ]
             if not varying:
                 return None
-            taken.add(varying[0])
-            guard = guard or _when(unit, *varying[0])
-        if any((key, 1 - arm) in taken for key, arm in taken):
-            # both arms of the condition update (``if log: helper_steps_and_updates(...)
-            # else: scaler.step(...); scaler.update()``)
+            # an accumulation counter (``(i + 1) % n == 0``) first: the guard to name
+            varying.sort(key=lambda key_arm: not _counts(unit, key_arm[0]))
+            options.append(varying)
+        first = next((i for i, u in enumerate(updates) if u.kind == "scaler_update"), None)
+        if first is None:
             return None
-        return guard
+        skipped = _skipping_path(options, name=first)
+        return None if skipped is None else _when(unit, *skipped)
+
+
+def _counts(unit: Unit, key: str) -> bool:
+    """Whether the condition ``key`` reads a remainder (``i % n``), as a counter does."""
+    node = unit.test_nodes.get(key)
+    return node is not None and any(
+        isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node)
+    )
+
+
+def _skipping_path(
+    options: list[list[tuple[str, int]]], name: int = 0, budget: int = 2000
+) -> tuple[str, int] | None:
+    """An iteration that runs none of the updates, if the conditions allow one.
+
+    ``options[i]`` are the condition arms update ``i`` runs in; an iteration skips it when one
+    of them is not taken. The search picks, for each update, an arm to leave untaken, such
+    that no condition is both taken and untaken (``if log: update() else: update()`` leaves
+    none). It returns the arm picked for update ``name`` (the guard to name), or ``None``
+    when every iteration runs an update (or the search gives up, which reports nothing).
+    """
+    chosen: dict[str, int] = {}  # condition -> the arm left untaken
+    steps = 0
+
+    def pick(i: int) -> bool:
+        nonlocal steps
+        if i == len(options):
+            return True
+        for key, arm in options[i]:
+            steps += 1
+            if steps > budget:
+                return False
+            if key in chosen:
+                if chosen[key] == arm and pick(i + 1):
+                    return True
+                continue
+            chosen[key] = arm
+            if pick(i + 1):
+                return True
+            del chosen[key]
+        return False
+
+    if not pick(0):
+        return None
+    return next((key, arm) for key, arm in options[name] if chosen.get(key) == arm)
 
 
 @register

@@ -1,0 +1,30 @@
+"""The arm that skips the update replaces the scaler by a fresh one: the next iteration's
+``unscale_`` runs on a scaler that has unscaled nothing, so no double unscale."""
+
+import torch
+from torch.amp import GradScaler
+
+
+class Trainer:
+    def __init__(self, model, optimizer, accum_steps):
+        self.model = model
+        self.optimizer = optimizer
+        self.accum_steps = accum_steps
+        self.scaler = GradScaler()
+
+    def epoch(self, loader):
+        for i, x in enumerate(loader):
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = self.model(x) / self.accum_steps
+            self.scaler.scale(loss).backward()
+            if (i + 1) % self.accum_steps == 0:
+                self.scaler.unscale_(self.optimizer)
+                bad = any(not torch.isfinite(p.grad).all() for p in self.model.parameters())
+                if bad:
+                    self.optimizer.zero_grad()
+                    if self.scaler is not None:
+                        self.scaler = GradScaler()
+                    continue
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.optimizer.zero_grad()
