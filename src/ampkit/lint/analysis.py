@@ -169,7 +169,9 @@ class FileAnalysis:
                 for name, fn in table.table.items()
                 if id(fn) in table.written_in and table.written_in[id(fn)].is_interesting(fn)
             )
-        module = FlowBuilder(self.facts, {}, _local_functions(self.tree.body))
+        # each method's class table, for a method of another class followed from a call
+        tables = {fn_id: method_tables[id(cls)] for fn_id, cls in owners.items()}
+        module = FlowBuilder(self.facts, {}, _local_functions(self.tree.body), tables=tables)
         module.build(self.tree.body)
         self.units = [Unit(self.tree, module, None, 0)]
         for fn in functions:
@@ -179,7 +181,7 @@ class FileAnalysis:
                 continue
             methods = method_tables[id(cls)] if cls is not None else Methods()
             builder = FlowBuilder(
-                self.facts, methods.table, _local_functions(fn.body), methods.written_in
+                self.facts, methods.table, _local_functions(fn.body), methods.written_in, tables
             )
             builder.build(fn.body, fn)
             self.units.append(Unit(fn, builder, cls, group))

@@ -12,6 +12,7 @@ import ast
 import functools
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 
 from ampkit.lint.frameworks import (
     CLIP_METHODS,
@@ -318,6 +319,37 @@ class FileFacts:
             and name not in _OWN_NAMES
             and not name.startswith("__")
         }
+
+    @functools.cached_property
+    def _method_bodies(self) -> dict[str, list[FunctionNode]]:
+        """Method name -> the methods of this file's classes with that name that do
+        something (a stub, ``pass`` or ``raise NotImplementedError`` under its docstring,
+        is left out), for the names :attr:`sole_methods` may hold."""
+        found: dict[str, list[FunctionNode]] = defaultdict(list)
+        for node in self.of_type(ast.ClassDef):
+            for item in node.body:  # type: ignore[attr-defined]
+                if (
+                    isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and item.name not in self.functions
+                    and item.name not in _OWN_NAMES
+                    and not item.name.startswith("__")
+                    and not _stub(item)
+                ):
+                    found[item.name].append(item)
+        return found
+
+    def sole_method(self, name: str, own: Iterable[FunctionNode]) -> FunctionNode | None:
+        """The method ``name`` of an object of unknown type called from a class whose
+        methods are ``own``: the one of :attr:`sole_methods`, or else the one method of that
+        name with a body in a class of this file other than the caller's own
+        (``self._logic.train_step(...)`` in a handler whose own ``train_step`` makes the call,
+        beside a base class's stub)."""
+        mine = {id(fn) for fn in own}
+        sole = self.sole_methods.get(name)
+        if sole is not None:
+            return None if id(sole) in mine else sole
+        others = [fn for fn in self._method_bodies.get(name, ()) if id(fn) not in mine]
+        return others[0] if len(others) == 1 else None
 
     def is_interesting(self, fn: FunctionNode) -> bool:
         """Whether following a call into ``fn`` can add events (it makes AMP-relevant calls,
@@ -658,3 +690,24 @@ class FileFacts:
             ):
                 return True
         return False
+
+
+def _stub(fn: FunctionNode) -> bool:
+    """Whether a function does nothing: its body, after a docstring, is ``pass``, ``...``
+    or ``raise NotImplementedError``."""
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if not body:
+        return True
+    if len(body) != 1:
+        return False
+    only = body[0]
+    if isinstance(only, ast.Pass):
+        return True
+    if isinstance(only, ast.Expr) and isinstance(only.value, ast.Constant):
+        return only.value.value is Ellipsis
+    if isinstance(only, ast.Raise) and only.exc is not None:
+        exc = only.exc.func if isinstance(only.exc, ast.Call) else only.exc
+        return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+    return False

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from ampkit.lint.events import Context, Event, TestInfo, describe_test, reset_counter
 from ampkit.lint.facts import FileFacts, FunctionNode
+from ampkit.lint.inherit import Methods
 from ampkit.lint.names import CLIP_APIS, CLIP_CALL_NAMES, AutocastInfo, dotted_key
 from ampkit.lint.patterns import (
     RESCALE_OPS,
@@ -54,9 +55,13 @@ class FlowBuilder:
         methods: dict[str, FunctionNode],
         local: dict[str, FunctionNode] | None = None,
         written_in: dict[int, FileFacts] | None = None,
+        tables: dict[int, Methods] | None = None,
     ) -> None:
         self.facts = facts
         self.methods = methods
+        #: method id -> the method table of its class, for ``self.x()`` inside a method of
+        #: another class followed from here
+        self.tables = tables or {}
         self.local = local or {}
         #: the linted file's facts, and those of other files' methods (by function id)
         self.home = facts
@@ -356,17 +361,19 @@ class FlowBuilder:
             # optimizers (not a rescale of the gradients by a count)
             self._emit("framework_unscale", call, ctx, obj=dotted_key(func.value))
             return
-        sole = facts.sole_methods.get(func.attr) if isinstance(func, ast.Attribute) else None
         receiver = func.value if isinstance(func, ast.Attribute) else None
-        if (
-            sole is not None
+        sole = (
+            facts.sole_method(func.attr, self.methods.values())
+            if isinstance(func, ast.Attribute)
             and receiver is not None
             and dotted_key(receiver) not in (None, "self")
-            and all(sole is not own for own in self.methods.values())
-        ):
+            else None
+        )
+        if sole is not None:
             # ``runner.engine.backward_loss(loss)``: the one class of the file with that
-            # method (not the caller's own class: ``self.model.train()`` in ``Trainer``)
-            self._inline(sole, ctx, site=call)
+            # method (not the caller's own class: ``self.model.train()`` in ``Trainer``);
+            # its ``self.x()`` calls are that class's methods
+            self._inline(sole, ctx, site=call, table=self.tables.get(id(sole)))
             return
         if rescales_grads(call):
             self._emit("grad_rescale", call, ctx)
@@ -545,9 +552,11 @@ class FlowBuilder:
         ctx: Context,
         facts: FileFacts | None = None,
         site: ast.AST | None = None,
+        table: Methods | None = None,
     ) -> None:
         """Follow a call into ``fn``, written in the file of ``facts`` (default: this
-        builder's), called at ``site``."""
+        builder's), called at ``site``; ``table`` is the method table of ``fn``'s class when
+        it is not the caller's."""
         facts = facts or self.facts
         if fn in self._stack or len(self._stack) >= _MAX_INLINE_DEPTH:
             return
@@ -559,10 +568,14 @@ class FlowBuilder:
         if not ctx.inlined:
             inner = replace(inner, site=site, site_autocast=ctx.autocast)
         builder = self if facts is self.facts else self._elsewhere(facts, site)
+        saved = builder.methods, builder.written_in
+        if table is not None:
+            builder.methods, builder.written_in = table.table, table.written_in
         inner = builder._entered(fn, inner)
         try:
             builder._block(fn.body, inner)
         finally:
+            builder.methods, builder.written_in = saved
             self._stack.pop()
             self._inlines = builder._inlines
 

@@ -232,7 +232,7 @@ class BackwardUnscaledLoss(Rule):
             for b in unit.of("backward"):
                 if b.scaled or b.framework or b.ctx.amp_conditional:
                     continue
-                if scaling_decided_by_branch(unit, b):
+                if scaling_decided_by_branch(unit, b) or _scaled_on_the_way(unit, b):
                     continue
                 later = [
                     s
@@ -270,6 +270,19 @@ class BackwardUnscaledLoss(Rule):
             and not analysis.group_events(group, "scale", "opt_step")
             and not any(e.scaled or e.ctx.amp_conditional for e in backwards)
         )
+
+
+def _scaled_on_the_way(unit: Unit, b: Event) -> bool:
+    """Whether ``b`` is the backward of a followed call (a method handed the outputs) and a
+    loss was scaled before the call with no backward since: the scaled value reached it
+    through containers the flow does not track (``{k: scaler.scale(v) ...}`` passed to
+    ``self._backward(outs)``, which backpropagates each value)."""
+    if not b.ctx.inlined:
+        return False
+    for s in unit.related(b, "scale"):
+        if s.order < b.order and not exclusive(s, b) and not unit.between(s, b, "backward"):
+            return True
+    return False
 
 
 def _own_loop_step(unit: Unit, b: Event, s: Event) -> bool:
