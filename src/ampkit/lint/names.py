@@ -175,7 +175,10 @@ class Imports:
 
     def _bind(self, name: str, qualname: str) -> None:
         previous = self.aliases.get(name)
-        if previous is not None and is_deprecated(qualname) and not is_deprecated(previous):
+        if is_deprecated(qualname) and is_replacement(previous):
+            # ``try: from torch.amp import autocast`` / ``except ImportError: from
+            # torch.cuda.amp import autocast``: the current API where torch has it (a
+            # device-specific module bound first, ``torch.xpu.amp``, is no such fallback)
             return
         self.aliases[name] = qualname
 

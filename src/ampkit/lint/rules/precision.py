@@ -221,10 +221,11 @@ class CastInsideAutocastLoop(Rule):
 
     Reported: a cast inside the autocast block, or a cast whose result is used inside the
     autocast block of the same training loop (a loop of the cast's own function that runs a
-    backward pass). Not reported: a cast inside a branch that chooses the precision mode
-    (``if use_fp16:``), a value cast straight back (``model.half().float()``), a separate
-    low-precision copy that autocast never sees, and casts in loops without a backward
-    (inference).
+    backward pass), also under a branch that chooses the precision mode when the branch is
+    written inside the autocast block. Not reported: a cast in such a branch outside the
+    block (``if use_fp16: x = x.half()`` before it), a value cast straight back
+    (``model.half().float()``), a separate low-precision copy that autocast never sees, and
+    casts in loops without a backward (inference).
 
     Bad::
 
@@ -254,8 +255,10 @@ class CastInsideAutocastLoop(Rule):
                 continue
             training = unit.loops_with("backward")
             for cast in unit.of("cast"):
-                if cast.ctx.amp_conditional or cast.extra.get("recast"):
+                if cast.extra.get("recast"):
                     continue
+                if cast.ctx.amp_conditional and cast.ctx.autocast is None:
+                    continue  # the precision mode's own cast, outside autocast
                 own = cast.own_loops
                 if not own or own[-1] not in training:
                     continue
