@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The one GPU check (issue 27), run on a lent device machine from the repository root:
+# The one GPU check (issue 27), run on a CUDA machine from the repository root, with the
+# wheels folder .whl/ copied along:
 #
-#   run(command="bash benchmarks/gpu_check.sh", carry=[".whl"], timeout_s=540)
+#   bash benchmarks/gpu_check.sh
 #
-# It installs nothing from the network (the device has none): the device's own torch is used,
-# ampkit runs from src/ (PYTHONPATH, no build), and packages the image lacks travel as wheels
-# in .whl/ (prepared here, see /work/.library/device/README.md; blake3, a core dependency the
-# checkpoints hash with, and torchao for the fp8 part; the device's Python version first):
+# It installs nothing from the network (the GPU machine may have none): that machine's own
+# torch is used, ampkit runs from src/ (PYTHONPATH, no build), and packages its image lacks
+# travel as wheels in .whl/ (prepared beforehand: blake3, a core dependency the checkpoints
+# hash with, and torchao for the fp8 part; the GPU machine's Python version first):
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp --platform manylinux_2_28_x86_64 -d .whl blake3 torchao==<matching>
-# ). Everything it prints also lands under $OUT: env.txt, pytest_gpu.log, gpu_bench.log and
+# Everything it prints also lands under $OUT: env.txt, pytest_gpu.log, gpu_bench.log and
 # gpu_bench.md / gpu_bench_*.json, checkpoint_speed.json. Each step has its own timeout so a
 # hang in one still leaves the others' figures.
 set -uo pipefail
@@ -18,9 +19,10 @@ OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 if compgen -G ".whl/*.whl" >/dev/null; then
+    SITE=$(mktemp -d)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 3
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+        --target "$SITE" .whl/*.whl || exit 3
+    export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 
