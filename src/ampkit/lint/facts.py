@@ -301,30 +301,11 @@ class FileFacts:
             self.any_scaler = True
 
     @functools.cached_property
-    def sole_methods(self) -> dict[str, FunctionNode]:
-        """Method name -> the method, for names only one class of this file defines (no
-        module-level function shares them; dunders and the names the rules read themselves,
-        ``backward``, ``step``..., left out): a call of one on an object of unknown type
-        (``runner.engine.backward_loss(loss)``) can only mean that method here."""
-        found: dict[str, list[FunctionNode]] = defaultdict(list)
-        for node in self.of_type(ast.ClassDef):
-            for item in node.body:  # type: ignore[attr-defined]
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    found[item.name].append(item)
-        return {
-            name: fns[0]
-            for name, fns in found.items()
-            if len(fns) == 1
-            and name not in self.functions
-            and name not in _OWN_NAMES
-            and not name.startswith("__")
-        }
-
-    @functools.cached_property
-    def _method_bodies(self) -> dict[str, list[FunctionNode]]:
-        """Method name -> the methods of this file's classes with that name that do
-        something (a stub, ``pass`` or ``raise NotImplementedError`` under its docstring,
-        is left out), for the names :attr:`sole_methods` may hold."""
+    def _methods_by_name(self) -> dict[str, list[FunctionNode]]:
+        """Method name -> every method of this file's classes with that name, for the names a
+        call on an object of unknown type may be followed by (no module-level function shares
+        them; dunders and the names the rules read themselves, ``backward``, ``step``...,
+        left out)."""
         found: dict[str, list[FunctionNode]] = defaultdict(list)
         for node in self.of_type(ast.ClassDef):
             for item in node.body:  # type: ignore[attr-defined]
@@ -333,22 +314,22 @@ class FileFacts:
                     and item.name not in self.functions
                     and item.name not in _OWN_NAMES
                     and not item.name.startswith("__")
-                    and not _stub(item)
                 ):
                     found[item.name].append(item)
         return found
 
     def sole_method(self, name: str, own: Iterable[FunctionNode]) -> FunctionNode | None:
         """The method ``name`` of an object of unknown type called from a class whose
-        methods are ``own``: the one of :attr:`sole_methods`, or else the one method of that
-        name with a body in a class of this file other than the caller's own
-        (``self._logic.train_step(...)`` in a handler whose own ``train_step`` makes the call,
-        beside a base class's stub)."""
+        methods are ``own``: the one method of that name in this file's classes
+        (``runner.engine.backward_loss(loss)`` can only mean it here), or else the one with a
+        body (a stub, ``pass`` or ``raise NotImplementedError`` under its docstring, left out)
+        in a class other than the caller's own (``self._logic.train_step(...)`` in a handler
+        whose own ``train_step`` makes the call, beside a base class's stub)."""
+        found = self._methods_by_name.get(name, ())
         mine = {id(fn) for fn in own}
-        sole = self.sole_methods.get(name)
-        if sole is not None:
-            return None if id(sole) in mine else sole
-        others = [fn for fn in self._method_bodies.get(name, ()) if id(fn) not in mine]
+        if len(found) == 1:
+            return None if id(found[0]) in mine else found[0]
+        others = [fn for fn in found if id(fn) not in mine and not _stub(fn)]
         return others[0] if len(others) == 1 else None
 
     def is_interesting(self, fn: FunctionNode) -> bool:

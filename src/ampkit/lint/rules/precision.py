@@ -605,11 +605,12 @@ class BackwardInsideAutocast(Rule):
                 )
 
 
-def _framework_autocast_blocks(analysis: FileAnalysis) -> list[ast.With]:
-    """``with accelerator.autocast():`` and ``with fabric.autocast():`` blocks: the
-    framework's autocast, its dtype set where the framework object is built."""
+def _framework_autocast_blocks(analysis: FileAnalysis) -> list[tuple[ast.With, str]]:
+    """``with accelerator.autocast():`` and ``with fabric.autocast():`` blocks, each with the
+    text of its autocast call: the framework's autocast, its dtype set where the framework
+    object is built."""
     facts = analysis.facts
-    found: list[ast.With] = []
+    found: list[tuple[ast.With, str]] = []
     for node in facts.of_type(ast.With):
         for item in node.items:  # type: ignore[attr-defined]
             call = item.context_expr
@@ -619,28 +620,24 @@ def _framework_autocast_blocks(analysis: FileAnalysis) -> list[ast.With]:
                 and call.func.attr == "autocast"
                 and facts.framework_of(dotted_key(call.func.value)) in ("accelerate", "fabric")
             ):
-                found.append(node)  # type: ignore[arg-type]
+                found.append((node, ast.unparse(call)))  # type: ignore[arg-type]
                 break
     return found
 
 
-def _inside(analysis: FileAnalysis, node: ast.AST, blocks: list[ast.With]) -> str | None:
+def _inside(
+    analysis: FileAnalysis, node: ast.AST, blocks: list[tuple[ast.With, str]]
+) -> str | None:
     """The framework autocast (``accelerator.autocast()``) of the block of ``blocks`` whose
     body ``node`` is written in, in the same function; ``None`` when it is in none."""
     line = getattr(node, "lineno", 0)
     owner = analysis.facts.owner_of(node)
-    for block in blocks:
+    for block, autocast in blocks:
         if (
             block.body[0].lineno <= line <= (block.end_lineno or 0)
             and analysis.facts.owner_of(block) is owner
         ):
-            return next(
-                ast.unparse(item.context_expr)
-                for item in block.items
-                if isinstance(item.context_expr, ast.Call)
-                and isinstance(item.context_expr.func, ast.Attribute)
-                and item.context_expr.func.attr == "autocast"
-            )
+            return autocast
     return None
 
 
